@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from conftest import ROOT
 from onnx import AttributeProto, TensorProto
 
 NAME = "register_pytorch_op"
@@ -70,3 +75,17 @@ def test_dynamo_traces_through_the_registeroperators_op(run):
     model = run.model("failures/dual_residual_traced_through.onnx")
     assert [n.op_type for n in model.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
     assert "rknn_cst" not in opsets(model)
+
+
+def test_without_a_compiler_it_skips_with_the_reason(tmp_path):
+    env = {**os.environ, "CXX": "no-such-compiler"}
+    proc = subprocess.run(
+        [sys.executable, "test.py", "--out", str(tmp_path)],
+        cwd=ROOT / NAME,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 77, proc.stdout + proc.stderr
+    assert "SKIP: no C++ compiler: 'no-such-compiler' is not on PATH" in proc.stdout
