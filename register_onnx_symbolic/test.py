@@ -52,6 +52,10 @@ def reproduce(what: str, call, expect: str) -> BaseException:
         call()
     except Exception as exc:  # noqa: BLE001 - showing whatever the reader would see is the point
         message = str(exc).strip()
+        cause = exc.__cause__
+        while cause is not None:  # a wrapped error: its cause names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
         first_line = message.splitlines()[0].split("  [Caused by")[0] if message else ""
         print(f"  reproduced ({what}): {type(exc).__name__}: {first_line}")
         assert expect in message, f"{what}: expected {expect!r} in the error, got {type(exc).__name__}: {message}"
