@@ -14,11 +14,8 @@ NAME = "autograd_function"
 
 @pytest.fixture(scope="module")
 def run(example_run):
-    result = example_run(NAME)
-    if result.returncode == 77:  # the C++ step skipped: everything else still ran and was written
-        assert "the C++ step was skipped" in result.output
-    else:
-        assert result.returncode == 0, result.output[-4000:]
+    result = example_run(NAME)  # skips the module when the example skipped itself (no compiler)
+    assert result.returncode == 0, result.output[-4000:]
     return result
 
 
@@ -44,8 +41,6 @@ def test_op_types(run, filename, expected):
 
 
 def test_cpp_extension_model(run):
-    if run.returncode == 77:
-        pytest.skip("no C++ compiler: the example skipped its C++ step")
     assert ops(run.model("my_add_cpp.onnx")) == ["Constant", "Mul", "Add"]
     direct = run.model("failures/my_add_cpp_direct.onnx")  # C++ called without a Function
     assert len(direct.graph.input) == 0 and ops(direct) == ["Constant"]

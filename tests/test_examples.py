@@ -57,3 +57,19 @@ def test_example_has_main_guard_and_out_option(name):
 def test_top_level_readme_has_a_row(name):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"[`{name}/`]({name}/)" in readme, f"README.md's table of examples has no row for {name}/"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_readme_expected_output_is_what_test_py_prints(example_run, name):
+    """Each line of the README's expected output (split at its "..." elisions) is in the real output."""
+    readme = (ROOT / name / "README.md").read_text(encoding="utf-8")
+    assert "## Expected output" in readme, f"{name}/README.md has no '## Expected output' section"
+    block = readme.split("## Expected output", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    output = example_run(name).output
+    missing = [
+        fragment.strip()
+        for line in block.splitlines()
+        for fragment in line.split("...")
+        if fragment.strip() and fragment.strip() not in output
+    ]
+    assert not missing, f"{name}/README.md expects output that test.py no longer prints: {missing}"
