@@ -242,7 +242,8 @@ def step1_custom_domain_node(out: pathlib.Path) -> None:
         exported = check_and_show(out / filename)
         # Why: without setType the exporter warns and the output shape is left symbolic.
         assert "shape inference of rknn_cst::cstThreshold type is missing" in stderr[0], stderr[0]
-        assert output_dims(exported) != [1, 3, 10, 10], output_dims(exported)
+        dims = output_dims(exported)
+        assert len(dims) == 4 and all(isinstance(d, str) for d in dims), dims  # rank kept, sizes made up
         print(f"  exporter warned: shape inference ... is missing; output dims {output_dims(exported)}")
 
     register_custom_op_symbolic("aten::threshold", threshold_wrong_suffix, 12)
