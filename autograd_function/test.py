@@ -1,22 +1,21 @@
-"""torch.autograd.Function with a `symbolic` method: choose the ONNX your Python op becomes.
+"""torch.autograd.Function with a `symbolic` method: choose the ONNX your Python (or C++) op becomes.
 
-Run: python test.py [--out DIR]
+Run: python test.py [--out DIR] [-v]
 
 A Function's static `symbolic(g, ...)` replaces its forward in the TorchScript-based exporter
 (dynamo=False): MyRelu -> Clip, MyAdd -> Mul + Add, a C++ extension wrapped in a Function, and a
 bicubic upsampler -> one Resize whose scale factor is a model input. The torch.export-based exporter
 (dynamo=True) ignores `symbolic`; there, torch.onnx.ops.symbolic inside forward chooses the node.
 The C++ step needs a compiler; without one it is skipped and the example exits 77 after the rest.
+
+Every python block of README.md is in this file, word for word; the lines around them are the checks.
 """
 
-from __future__ import annotations
-
-import argparse
+import contextlib
+import logging
 import os
-import pathlib
-import shutil
-import sys
-import sysconfig
+import re
+import time
 import warnings
 
 import numpy as np
@@ -24,79 +23,21 @@ import onnx
 import onnxruntime as ort
 import torch
 import torch.nn.functional as F
-import torch.utils.cpp_extension
+
+# isort: split
+# Test-only imports: the command line and the checks around the lesson's code.
+import argparse
+import pathlib
+import shutil
+import sys
+import sysconfig
+import tempfile
+import textwrap
+import traceback
 
 HERE = pathlib.Path(__file__).resolve().parent
-SKIP = 77  # exit status for "cannot run here"
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers: the same few checks run on every model the example keeps.
-# ---------------------------------------------------------------------------------------------
-
-
-def reproduce(what: str, call, expect: str) -> BaseException:
-    """Run `call`, which must fail with `expect` in its message; print the exception type and first line."""
-    try:
-        call()
-    except Exception as exc:  # noqa: BLE001 - showing whatever the reader would see is the point
-        message = str(exc).strip()
-        cause = exc.__cause__
-        while cause is not None:  # a wrapped error: its cause names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        first_line = message.splitlines()[0].split("  [Caused by")[0] if message else ""
-        print(f"  reproduced ({what}): {type(exc).__name__}: {first_line}")
-        assert expect in message, f"{what}: expected {expect!r} in the error, got {type(exc).__name__}: {message}"
-        if expect not in first_line:  # the cause is further down: show the line that names it
-            print("    ... " + next(line.strip() for line in message.splitlines() if expect in line))
-        return exc
-    raise AssertionError(f"expected a failure ({what}), but it succeeded")
-
-
-def check_and_show(path: pathlib.Path) -> onnx.ModelProto:
-    """The full ONNX checker (with shape inference), then the graph as text, weights left out."""
-    model = onnx.load(str(path))
-    onnx.checker.check_model(model, full_check=True)
-    graph = onnx.GraphProto()
-    graph.CopyFrom(model.graph)
-    del graph.initializer[:]  # the printer would print every weight
-    print(onnx.printer.to_text(graph))
-    if model.graph.initializer:
-        print(f"   ({len(model.graph.initializer)} initializers not shown)")
-    return model
-
-
-def run_ort(path: pathlib.Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(actual: np.ndarray, expected: torch.Tensor, rtol: float, atol: float) -> None:
-    np.testing.assert_allclose(actual, expected.detach().numpy(), rtol=rtol, atol=atol)
-    print(f"  ONNX Runtime matches PyTorch (rtol={rtol}, atol={atol})")
-
-
-def input_feeds(path: pathlib.Path, tensors) -> dict[str, np.ndarray]:
-    names = [i.name for i in onnx.load(str(path)).graph.input]
-    return {name: t.numpy() for name, t in zip(names, tensors, strict=True)}
-
-
-def op_types(path: pathlib.Path) -> list[str]:
-    return [n.op_type for n in onnx.load(str(path)).graph.node]
-
-
-def export_and_compare(model, inputs, path: pathlib.Path, rtol: float, atol: float, **export_kwargs) -> None:
-    """Export, check, print, run in ORT and compare: the routine every kept model goes through."""
-    model = model.eval()
-    if export_kwargs.get("dynamo"):
-        torch.onnx.export(model, inputs, verbose=False, **export_kwargs).save(path)
-    else:
-        torch.onnx.export(model, inputs, path, **export_kwargs)
-    check_and_show(path)
-    (actual,) = run_ort(path, input_feeds(path, inputs))
-    compare(actual, model(*inputs), rtol=rtol, atol=atol)
-
+SKIP = 77  # exit status for "cannot run here", as in automake
+VERBOSE = False  # -v: print every exported graph in full
 
 # ---------------------------------------------------------------------------------------------
 # 1. MyRelu -> Clip
@@ -126,12 +67,15 @@ class MyReluModel(torch.nn.Module):
         return MyRelu.apply(x)
 
 
-def step1_my_relu(out: pathlib.Path) -> None:
+def step1_my_relu() -> None:
     print("\n== 1. MyRelu -> Clip (dynamo=False) ==")
     x = torch.randn(2, 3, 4)
-    # Why a symbolic: without it the exporter would inline forward's clamp; with it, you decide.
-    export_and_compare(MyReluModel(), (x,), out / "my_relu.onnx", rtol=0, atol=0, dynamo=False, opset_version=17)
-    assert op_types(out / "my_relu.onnx") == ["Constant", "Clip"]
+    torch.onnx.export(MyReluModel(), (x,), "my_relu.onnx", dynamo=False, opset_version=17, input_names=["x"])
+    (actual,) = run_ort("my_relu.onnx", {"x": x.numpy()})
+    compare("my_relu.onnx", actual, MyReluModel()(x), rtol=0, atol=0)
+
+    show("my_relu.onnx")
+    assert op_types("my_relu.onnx") == ["Constant", "Clip"], op_types("my_relu.onnx")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,39 +116,44 @@ class ClipFloat32MinModel(torch.nn.Module):
         return ClipFloat32Min.apply(x)
 
 
-def step2_my_add(out: pathlib.Path) -> None:
+def step2_my_add() -> None:
     print("\n== 2. MyAdd (2a + b) -> Constant, Mul, Add (dynamo=False) ==")
-    for dtype in (torch.float32, torch.float64):
+    for path, dtype in [("my_add_float32.onnx", torch.float32), ("my_add_float64.onnx", torch.float64)]:
         a, b = torch.randn(2, 3, dtype=dtype), torch.randn(2, 3, dtype=dtype)
-        path = out / f"my_add_{str(dtype).split('.')[-1]}.onnx"
-        print(f"\n-- {dtype} inputs, int64 constant in the symbolic")
-        export_and_compare(MyAddModel(), (a, b), path, rtol=0, atol=0, dynamo=False, opset_version=17)
-        # Why it works: for Mul, Add and other arithmetic ops, the exporter's scalar type analysis casts
-        # constants to the other input's dtype. The int64 [2] is stored as the inputs' float type.
-        const = onnx.numpy_helper.to_array(onnx.load(str(path)).graph.node[0].attribute[0].t)
-        assert const.dtype == a.numpy().dtype, const.dtype
-        print(f"  the exporter stored the constant as {const.dtype}, not int64")
+        torch.onnx.export(MyAddModel(), (a, b), path, dynamo=False, opset_version=17, input_names=["a", "b"])
+        (actual,) = run_ort(path, {"a": a.numpy(), "b": b.numpy()})
+        compare(path, actual, MyAddModel()(a, b), rtol=0, atol=0)
+        two = onnx.numpy_helper.to_array(onnx.load(path).graph.node[0].attribute[0].t)
+        print(f"  {path}: the exporter stored the constant as {two.dtype}, not int64")
 
-    # Why it can fail elsewhere: Clip is not an arithmetic op, so nothing casts its min for you.
-    print("\n-- the source's float32 Clip min on a float64 input")
-    x = torch.randn(2, 3, dtype=torch.float64)
-    path = out / "failures/clip_float32_min_float64_input.onnx"
-    torch.onnx.export(ClipFloat32MinModel(), (x,), path, dynamo=False, opset_version=17)
-    model = onnx.load(str(path))
-    reproduce(
-        "onnx.checker",
-        lambda: onnx.checker.check_model(model, full_check=True),
-        "min has inconsistent type tensor(float)",
+    for path, dtype in [("my_add_float32.onnx", np.float32), ("my_add_float64.onnx", np.float64)]:
+        show(path)
+        assert op_types(path) == ["Constant", "Mul", "Add"], op_types(path)
+        two = onnx.numpy_helper.to_array(onnx.load(path).graph.node[0].attribute[0].t)
+        assert two.dtype == dtype and two.tolist() == [2], (two.dtype, two)
+
+    os.makedirs("failures", exist_ok=True)  # failure demonstrations go there
+    x64 = torch.randn(2, 3, dtype=torch.float64)
+    torch.onnx.export(
+        ClipFloat32MinModel(),
+        (x64,),
+        "failures/clip_float32_min_float64_input.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["x"],
     )
-    reproduce(
-        "ONNX Runtime",
-        lambda: run_ort(path, {"x.1": x.numpy()}),
-        "Type parameter (T) of Optype (Clip) bound to different types (tensor(double) and tensor(float)",
-    )
-    # The fix is MyRelu's symbolic of step 1: the constant takes x's dtype.
-    export_and_compare(
-        MyReluModel(), (x,), out / "my_relu_float64.onnx", rtol=0, atol=0, dynamo=False, opset_version=17
-    )
+    with expect_error("min has inconsistent type tensor(float)"):
+        onnx.checker.check_model(onnx.load("failures/clip_float32_min_float64_input.onnx"), full_check=True)
+    with expect_error("Type parameter (T) of Optype (Clip) bound to different types (tensor(double) and tensor(float)"):
+        run_ort("failures/clip_float32_min_float64_input.onnx", {"x": x64.numpy()})
+
+    torch.onnx.export(MyReluModel(), (x64,), "my_relu_float64.onnx", dynamo=False, opset_version=17, input_names=["x"])
+    (actual,) = run_ort("my_relu_float64.onnx", {"x": x64.numpy()})
+    compare("my_relu_float64.onnx", actual, MyReluModel()(x64), rtol=0, atol=0)
+
+    show("my_relu_float64.onnx")
+    zero = onnx.numpy_helper.to_array(onnx.load("my_relu_float64.onnx").graph.node[0].attribute[0].t)
+    assert zero.dtype == np.float64, zero.dtype  # step 1's fix: the constant takes x's dtype
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,8 +161,8 @@ def step2_my_add(out: pathlib.Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 MY_ADD_CPP = r"""
-// 2a + b, computed element by element on raw memory, as a hand-written kernel would be:
-// there is no ATen op in here for a tracer to record.
+// 2a + b as a hand-written kernel computes it: allocate the output (an ATen call), then fill it
+// element by element through raw pointers (no ATen call: nothing a tracer could record).
 torch::Tensor my_add(torch::Tensor a, torch::Tensor b) {
   TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == torch::kFloat, "my_add: two float tensors of one shape");
   auto a_c = a.contiguous(), b_c = b.contiguous();
@@ -224,92 +173,122 @@ torch::Tensor my_add(torch::Tensor a, torch::Tensor b) {
   for (int64_t i = 0; i < out.numel(); ++i) po[i] = 2 * pa[i] + pb[i];
   return out;
 }
+
+// The source material's version: 2a + b with ATen ops only.
+torch::Tensor my_add_aten(torch::Tensor a, torch::Tensor b) {
+  return 2 * a + b;
+}
 """
 
-
-def missing_build_requirement() -> str:
-    """Why the C++ extension cannot be built here, or "" when it can."""
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        return f"no C++ compiler: {compiler!r} is not on PATH (install g++, or set CXX)"
-    if not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file():
-        return "no Python headers (Python.h): install your Python's development package"
-    if not torch.utils.cpp_extension.is_ninja_available():
-        return "ninja is not installed: pip install ninja"
-    return ""
+my_lib = None  # the compiled extension: step 3 builds it, step 6 uses it again
 
 
-def build_my_lib():
-    # functions=["my_add"] generates the pybind11 binding, so my_lib.my_add is callable from Python.
-    # The name is the build's cache key in ~/.cache/torch_extensions: one no other example uses.
-    return torch.utils.cpp_extension.load_inline(
-        name="onnx_tutorial_autograd_my_add",
-        cpp_sources=MY_ADD_CPP,
-        functions=["my_add"],
-        verbose=False,
-    )
-
-
-def make_my_add_cpp(my_lib):
-    class MyAddCpp(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a, b):
-            return my_lib.my_add(a, b)  # the exporter cannot see into C++; symbolic says what it is
-
-        @staticmethod
-        def symbolic(g, a, b):
-            two = g.op("Constant", value_t=torch.tensor(2, dtype=a.type().dtype()))
-            return g.op("Add", g.op("Mul", two, a), b)
-
-    return MyAddCpp
-
-
-class DirectCallModel(torch.nn.Module):
-    def __init__(self, my_lib) -> None:
+class DirectCall(torch.nn.Module):
+    def __init__(self, kernel) -> None:
         super().__init__()
-        self.my_lib = my_lib
+        self.kernel = kernel  # a C++ function, called as it is: no Function around it
 
     def forward(self, a, b):
-        return self.my_lib.my_add(a, b)
+        return self.kernel(a, b)
 
 
-class FunctionModel(torch.nn.Module):
-    def __init__(self, function) -> None:
-        super().__init__()
-        self.function = function
+class MyAddCpp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return my_lib.my_add(a, b)  # the exporter cannot see into C++; symbolic says what it is
 
-    def forward(self, *inputs):
-        return self.function.apply(*inputs)
+    @staticmethod
+    def symbolic(g, a, b):
+        two = g.op("Constant", value_t=torch.tensor(2, dtype=a.type().dtype()))
+        return g.op("Add", g.op("Mul", two, a), b)
 
 
-def step3_cpp_extension(out: pathlib.Path):
-    """Returns (the MyAddCpp Function, "") or, when no compiler is available, (None, the reason)."""
+class MyAddCppModel(torch.nn.Module):
+    def forward(self, a, b):
+        return MyAddCpp.apply(a, b)
+
+
+def step3_cpp_extension() -> None:
+    global my_lib
     print("\n== 3. A C++ extension wrapped in a Function (dynamo=False) ==")
-    reason = missing_build_requirement()
-    if reason:
-        print(f"  SKIP step 3: {reason}")
-        return None, reason
-    my_lib = build_my_lib()
+    problem = build_problem()
+    if problem:
+        raise Skip(problem)
+
+    logging.getLogger("torch.utils.cpp_extension").addFilter(lambda record: "No CUDA runtime" not in record.msg)
+    from torch.utils import cpp_extension  # noqa: E402 - after the filter: the import itself logs the message
+
+    print("building the C++ extension: about a minute the first time, cached after")
+    started = time.time()
+    my_lib = cpp_extension.load_inline(
+        name="onnx_tutorial_autograd_my_add",
+        cpp_sources=MY_ADD_CPP,
+        functions=["my_add", "my_add_aten"],  # pybind11 bindings: Python calls my_lib.my_add(a, b)
+        verbose=False,
+    )
+    if os.path.getmtime(my_lib.__file__) >= started:
+        print(f"  built {my_lib.__file__} in {time.time() - started:.0f} s")
+    else:
+        print(f"  reused the cached build {my_lib.__file__} ({time.time() - started:.1f} s)")
+
     a, b = torch.randn(2, 3), torch.randn(2, 3)
-    torch.testing.assert_close(my_lib.my_add(a, b), 2 * a + b)
+    torch.testing.assert_close(my_lib.my_add(a, b), 2 * a + b)  # the kernel itself is right
+    torch.onnx.export(
+        DirectCall(my_lib.my_add),
+        (a, b),
+        "failures/my_add_cpp_direct.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["a", "b"],
+    )
+    direct = onnx.load("failures/my_add_cpp_direct.onnx")
+    constant = onnx.numpy_helper.to_array(direct.graph.node[0].attribute[0].t)
+    inputs = [i.name for i in direct.graph.input]
+    print(f"  my_add_cpp_direct.onnx: inputs {inputs}, output Constant {constant.tolist()}")
 
-    # Why a Function: called directly, the C++ code is invisible to the tracer. The export succeeds
-    # without a word and writes the example's result as a constant: a model that ignores its inputs.
-    print("\n-- my_lib.my_add called directly in forward")
-    path = out / "failures/my_add_cpp_direct.onnx"
-    torch.onnx.export(DirectCallModel(my_lib), (a, b), path, dynamo=False, opset_version=17)
-    direct = check_and_show(path)
-    assert len(direct.graph.input) == 0 and op_types(path) == ["Constant"], op_types(path)
-    print("  the model has no inputs: its output is a constant")
+    show("failures/my_add_cpp_direct.onnx")
+    assert len(direct.graph.input) == 0 and op_types("failures/my_add_cpp_direct.onnx") == ["Constant"]
+    assert not np.allclose(constant, (2 * a + b).numpy()), "the constant is 2a + b after all"
+    assert not constant.any(), f"expected zeros (empty_like exported as zeros), got {constant}"
 
-    print("\n-- my_lib.my_add wrapped in a Function with symbolic")
-    my_add_cpp = make_my_add_cpp(my_lib)
-    model = FunctionModel(my_add_cpp)
-    path = out / "my_add_cpp.onnx"
-    # Standard ops only: plain ORT runs it, no custom kernel needed.
-    export_and_compare(model, (a, b), path, rtol=0, atol=0, dynamo=False, opset_version=17)
-    assert op_types(path) == ["Constant", "Mul", "Add"]
-    return my_add_cpp, ""
+    # What the exporter's tracer recorded: each ATen op that ran, including those the C++ code calls.
+    with brief_warnings(torch.jit.TracerWarning) as caught:  # trace runs its graph again, to check it
+        traced = torch.jit.trace(my_lib.my_add, (a, b))
+        traced_aten = torch.jit.trace(my_lib.my_add_aten, (a, b))
+    for name, graph in [("my_add", traced.graph), ("my_add_aten", traced_aten.graph)]:
+        print(f"  my_lib.{name} traced as", [node.kind() for node in graph.nodes() if node.kind() != "prim::Constant"])
+
+    assert [n.kind() for n in traced.graph.nodes() if n.kind() != "prim::Constant"] == ["aten::empty_like"]
+    assert [n.kind() for n in traced_aten.graph.nodes() if n.kind() != "prim::Constant"] == ["aten::mul", "aten::add"]
+    assert any("does not match the corresponding output" in str(w.message) for w in caught), caught
+
+    torch.onnx.export(
+        DirectCall(my_lib.my_add_aten),
+        (a, b),
+        "my_add_aten_direct.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["a", "b"],
+    )
+    (actual,) = run_ort("my_add_aten_direct.onnx", {"a": a.numpy(), "b": b.numpy()})
+    compare("my_add_aten_direct.onnx", actual, 2 * a + b, rtol=0, atol=0)
+
+    show("my_add_aten_direct.onnx")
+    assert op_types("my_add_aten_direct.onnx")[-2:] == ["Mul", "Add"], op_types("my_add_aten_direct.onnx")
+
+    torch.onnx.export(
+        MyAddCppModel(),
+        (a, b),
+        "my_add_cpp.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["a", "b"],
+    )
+    (actual,) = run_ort("my_add_cpp.onnx", {"a": a.numpy(), "b": b.numpy()})
+    compare("my_add_cpp.onnx", actual, MyAddCppModel()(a, b), rtol=0, atol=0)
+
+    show("my_add_cpp.onnx")  # standard ops only: plain ONNX Runtime runs it, no custom kernel needed
+    assert op_types("my_add_cpp.onnx") == ["Constant", "Mul", "Add"], op_types("my_add_cpp.onnx")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,61 +337,76 @@ class SuperResolution(torch.nn.Module):
         return self.conv3(torch.relu(self.conv2(torch.relu(self.conv1(x)))))
 
 
-def factor(f: float) -> torch.Tensor:
-    return torch.tensor([1.0, 1.0, f, f])
+def upsample_atol(x):
+    """How far ONNX Runtime's cubic Resize may be from torch's bicubic interpolate on x (float32)."""
+    eps = torch.finfo(torch.float32).eps
+    slope = 3 * 1.375  # the cubic kernel's largest sum of |w'| times its largest sum of |w| (a = -0.75)
+    # 16 eps: rounding 16 weights and their sum; 2 * slope * eps * size: the sampling position, rounded
+    # differently by the two libraries (up to eps * size), moves the result by at most slope per unit, per axis.
+    bound = (16 + 2 * slope * max(x.shape[-2:])) * eps * x.abs().max().item()
+    return float(f"{bound:.2g}")  # two significant digits: the margin is wide
 
 
-def check_two_factors(path: pathlib.Path, model: torch.nn.Module, x: torch.Tensor) -> None:
-    """One file, two factors chosen at run time: both must match PyTorch."""
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for f in (2.0, 3.0):
-        (actual,) = session.run(None, {"x": x.numpy(), "factor": factor(f).numpy()})
-        expected = model(x, factor(f))
-        assert actual.shape == (1, 3, int(16 * f), int(16 * f)), actual.shape
-        # Cubic weights are computed in float32 by each library, then summed through three convs:
-        # about 2e-7 apart on outputs of about 0.1; atol covers outputs near zero.
-        np.testing.assert_allclose(actual, expected.detach().numpy(), rtol=1e-5, atol=1e-6)
-        print(f"  factor {f:g}: output {actual.shape}, ONNX Runtime matches PyTorch (rtol=1e-05, atol=1e-06)")
-
-
-def step4_super_resolution(out: pathlib.Path, sr: SuperResolution) -> None:
+def step4_super_resolution() -> None:
     print("\n== 4. Super-resolution: bicubic upsample -> Resize with the factor as an input (dynamo=False) ==")
     x = torch.rand(1, 3, 16, 16)
-    path = out / "super_resolution.onnx"
-    torch.onnx.export(
-        sr,
-        (x, factor(3.0)),
-        path,
-        dynamo=False,
-        opset_version=17,
-        input_names=["x", "factor"],
-        output_names=["y"],
-    )
-    model = check_and_show(path)
+    factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
+    with brief_warnings(torch.jit.TracerWarning) as caught:
+        torch.onnx.export(
+            FunctionUpsample(),
+            (x, factor3),
+            "bicubic_upsample.onnx",
+            dynamo=False,
+            opset_version=17,
+            input_names=["x", "factor"],
+        )
+    for f in (2.0, 3.0):
+        scales = torch.tensor([1.0, 1.0, f, f])
+        (actual,) = run_ort("bicubic_upsample.onnx", {"x": x.numpy(), "factor": scales.numpy()})
+        expected = FunctionUpsample()(x, scales)
+        compare(f"bicubic_upsample.onnx, factor {f:g}", actual, expected, rtol=0, atol=upsample_atol(x))
+
+    show("bicubic_upsample.onnx")
+    assert op_types("bicubic_upsample.onnx") == ["Constant", "Resize"], op_types("bicubic_upsample.onnx")
+    assert any("Converting a tensor to a Python list" in str(w.message) for w in caught), caught
+
+    sr = SuperResolution(FunctionUpsample()).eval()
+    with brief_warnings(torch.jit.TracerWarning) as caught:
+        torch.onnx.export(
+            sr,
+            (x, factor3),
+            "super_resolution.onnx",
+            dynamo=False,
+            opset_version=17,
+            input_names=["x", "factor"],
+            output_names=["y"],
+        )
+    for f in (2.0, 3.0):
+        scales = torch.tensor([1.0, 1.0, f, f])
+        (actual,) = run_ort("super_resolution.onnx", {"x": x.numpy(), "factor": scales.numpy()})
+        compare(f"super_resolution.onnx, factor {f:g}, {actual.shape}", actual, sr(x, scales), rtol=1e-5, atol=1e-6)
+
+    model = show("super_resolution.onnx")
     assert [i.name for i in model.graph.input] == ["x", "factor"]
-    check_two_factors(path, sr, x)
+    (resize,) = [node for node in model.graph.node if node.op_type == "Resize"]
+    assert resize.input[2] == "factor", resize.input  # the scales come from the model input
+    assert any("Converting a tensor to a Python list" in str(w.message) for w in caught), caught
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. Backward
+# 5. Does a Function need backward?
 # ---------------------------------------------------------------------------------------------
 
 
 def step5_backward() -> None:
     print("\n== 5. Does a Function need backward? ==")
-    # Export runs forward (and symbolic) only, so MyAdd exported in step 2 without a backward.
-    # Training does need it:
     a = torch.randn(3, requires_grad=True)
-    reproduce(
-        "MyAdd.backward",
-        lambda: MyAdd.apply(a, torch.randn(3)).sum().backward(),
-        "You must implement either the backward or vjp method",
-    )
-    # MyRelu has one; gradcheck compares it with finite differences, in float64 as it requires.
+    with expect_error("You must implement either the backward or vjp method"):
+        MyAdd.apply(a, torch.randn(3)).sum().backward()
+
     x = torch.randn(4, 5, dtype=torch.float64)
     x = (x + 0.1 * x.sign()).requires_grad_()  # keep away from the kink at 0
-    assert torch.autograd.gradcheck(MyRelu.apply, (x,))
-    print("  torch.autograd.gradcheck(MyRelu.apply, (x,)) passed")
+    print("  torch.autograd.gradcheck(MyRelu.apply, (x,)):", torch.autograd.gradcheck(MyRelu.apply, (x,)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,6 +422,19 @@ class MyAddOnnxOps(torch.nn.Module):
             doubled = torch.onnx.ops.symbolic("Mul", (two, a), dtype=a.dtype, shape=a.shape)
             return torch.onnx.ops.symbolic("Add", (doubled, b), dtype=a.dtype, shape=a.shape)
         return 2 * a + b
+
+
+class SplitInTwo(torch.nn.Module):
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export():
+            half = [x.shape[0], x.shape[1] // 2, *x.shape[2:]]
+            # Several outputs: symbolic_multi_out, with a dtype and a shape per output.
+            first, second = torch.onnx.ops.symbolic_multi_out(
+                "Split", (x,), {"axis": 1, "num_outputs": 2}, dtypes=(x.dtype, x.dtype), shapes=(half, half)
+            )
+        else:
+            first, second = torch.chunk(x, 2, dim=1)
+        return first * second
 
 
 class OnnxOpsUpsample(torch.nn.Module):
@@ -447,114 +454,367 @@ class OnnxOpsUpsample(torch.nn.Module):
         return F.interpolate(x, scale_factor=scales.tolist()[-2:], mode="bicubic", align_corners=False)
 
 
-class SplitInTwo(torch.nn.Module):
-    def forward(self, x):
-        if torch.onnx.is_in_onnx_export():
-            half = [x.shape[0], x.shape[1] // 2, *x.shape[2:]]
-            # Several outputs: symbolic_multi_out, with a dtype and a shape per output.
-            first, second = torch.onnx.ops.symbolic_multi_out(
-                "Split", (x,), {"axis": 1, "num_outputs": 2}, dtypes=(x.dtype, x.dtype), shapes=(half, half)
-            )
-        else:
-            first, second = torch.chunk(x, 2, dim=1)
-        return first * second
-
-
-def step6_dynamo(out: pathlib.Path, sr: SuperResolution, my_add_cpp) -> None:
+def step6_dynamo() -> None:
     print("\n== 6. The torch.export-based exporter (dynamo=True) ==")
     a, b = torch.randn(2, 3), torch.randn(2, 3)
+    relu_model, add_model = MyReluModel().eval(), MyAddModel().eval()
+    # external_data=False: the weights go inside the .onnx file, not beside it in a .onnx.data file.
+    torch.onnx.export(relu_model, (a,), "my_relu_dynamo.onnx", dynamo=True, verbose=False, external_data=False)
+    torch.onnx.export(add_model, (a, b), "my_add_dynamo.onnx", dynamo=True, verbose=False, external_data=False)
+    print("  symbolic ignored, forward traced: my_relu_dynamo.onnx holds", op_types("my_relu_dynamo.onnx"))
+    print("  symbolic ignored, forward traced: my_add_dynamo.onnx holds", op_types("my_add_dynamo.onnx"))
+    (actual,) = run_ort("my_relu_dynamo.onnx", {"x": a.numpy()})
+    compare("my_relu_dynamo.onnx", actual, MyReluModel()(a), rtol=0, atol=0)
+    (actual,) = run_ort("my_add_dynamo.onnx", {"a": a.numpy(), "b": b.numpy()})
+    compare("my_add_dynamo.onnx", actual, MyAddModel()(a, b), rtol=0, atol=0)
 
-    # Why: dynamo=True never calls `symbolic`; it traces into forward (and into C++ through the
-    # dispatcher), so you get whatever forward computes with.
-    traced = [("my_relu", MyReluModel(), (a,)), ("my_add", MyAddModel(), (a, b))]
-    for name, model, inputs in traced:
-        print(f"\n-- {name}: symbolic ignored, forward traced")
-        path = out / f"{name}_dynamo.onnx"
-        export_and_compare(model, inputs, path, rtol=0, atol=0, dynamo=True)
-        assert "Constant" not in op_types(path), op_types(path)  # not what symbolic writes
-        print(f"  ops: {op_types(path)}")
+    show("my_relu_dynamo.onnx")
+    show("my_add_dynamo.onnx")
+    assert op_types("my_relu_dynamo.onnx") == ["Max"], op_types("my_relu_dynamo.onnx")
+    assert op_types("my_add_dynamo.onnx") == ["Mul", "Add"], op_types("my_add_dynamo.onnx")
 
-    if my_add_cpp is not None:
-        # torch.export runs forward on fake tensors, which have no memory for C++ to read.
-        print("\n-- MyAddCpp: forward cannot be traced")
-        reproduce(
-            "raw-memory C++ under torch.export",
-            lambda: torch.onnx.export(FunctionModel(my_add_cpp).eval(), (a, b), dynamo=True, verbose=False),
-            "The tensor has a non-zero number of elements, but its data is not allocated yet",
-        )
+    if my_lib is None:  # MyAddCpp needs step 3's C++ build
+        print("  MyAddCpp: not tried, step 3 could not build the C++ extension")
+    else:
+        with brief_warnings(UserWarning) as caught:
+            with expect_error("The tensor has a non-zero number of elements, but its data is not allocated yet"):
+                torch.onnx.export(
+                    MyAddCppModel().eval(),
+                    (a, b),
+                    "failures/my_add_cpp_dynamo.onnx",
+                    dynamo=True,
+                    verbose=False,
+                )
+        assert any("Dynamo does not know how to trace the builtin" in str(w.message) for w in caught), caught
 
     x = torch.rand(1, 3, 16, 16)
-    print("\n-- the super-resolution model: forward cannot be traced")
-    reproduce(
-        "scales.tolist() under torch.export",
-        lambda: torch.onnx.export(sr, (x, factor(3.0)), dynamo=True, verbose=False),
-        "argument 'scale_factors' must be tuple of floats, but found element of type SymFloat",
-    )
+    factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
+    with expect_error("argument 'scale_factors' must be tuple of floats, but found element of type SymFloat"):
+        torch.onnx.export(
+            SuperResolution(FunctionUpsample()).eval(),
+            (x, factor3),
+            "failures/super_resolution_function_dynamo.onnx",
+            dynamo=True,
+            verbose=False,
+        )
 
-    # The way to choose the node under dynamo=True: torch.onnx.ops.symbolic inside forward.
-    print("\n-- MyAdd with torch.onnx.ops.symbolic")
-    path = out / "my_add_onnx_ops_dynamo.onnx"
-    export_and_compare(MyAddOnnxOps(), (a, b), path, rtol=0, atol=0, dynamo=True)
-    assert op_types(path) == ["Mul", "Add"], op_types(path)
-    # is_in_onnx_export() is true under both exporters, but torch.onnx.ops works only with dynamo=True.
-    reproduce(
-        "torch.onnx.ops.symbolic under dynamo=False",
-        lambda: torch.onnx.export(MyAddOnnxOps(), (a, b), out / "failures/my_add_onnx_ops.onnx", dynamo=False),
-        "unsupported input list type: Tensor?",
+    torch.onnx.export(
+        MyAddOnnxOps().eval(),
+        (a, b),
+        "my_add_onnx_ops_dynamo.onnx",
+        dynamo=True,
+        verbose=False,
+        external_data=False,
     )
+    print("  torch.onnx.ops.symbolic: my_add_onnx_ops_dynamo.onnx holds", op_types("my_add_onnx_ops_dynamo.onnx"))
+    (actual,) = run_ort("my_add_onnx_ops_dynamo.onnx", {"a": a.numpy(), "b": b.numpy()})
+    compare("my_add_onnx_ops_dynamo.onnx", actual, MyAddOnnxOps()(a, b), rtol=0, atol=0)
 
-    print("\n-- Split with torch.onnx.ops.symbolic_multi_out")
-    path = out / "split_onnx_ops_dynamo.onnx"
-    export_and_compare(SplitInTwo(), (torch.randn(2, 4, 3),), path, rtol=0, atol=0, dynamo=True)
-    assert op_types(path) == ["Split", "Mul"], op_types(path)
+    show("my_add_onnx_ops_dynamo.onnx")
+    assert op_types("my_add_onnx_ops_dynamo.onnx") == ["Mul", "Add"], op_types("my_add_onnx_ops_dynamo.onnx")
 
-    print("\n-- the super-resolution model with torch.onnx.ops.symbolic")
-    sr.upsample = OnnxOpsUpsample()  # same convolution weights, new upsampler
-    path = out / "super_resolution_dynamo.onnx"
-    onnx_program = torch.onnx.export(
-        sr, (x, factor(3.0)), dynamo=True, verbose=False, input_names=["x", "factor"], output_names=["y"]
+    with brief_warnings(torch.jit.TracerWarning):
+        with expect_error("unsupported input list type: Tensor?"):
+            torch.onnx.export(MyAddOnnxOps(), (a, b), "failures/my_add_onnx_ops.onnx", dynamo=False)
+
+    s = torch.randn(2, 4, 3)
+    torch.onnx.export(
+        SplitInTwo().eval(), (s,), "split_onnx_ops_dynamo.onnx", dynamo=True, verbose=False, external_data=False
     )
-    onnx_program.save(path)
-    model = check_and_show(path)
+    print("  symbolic_multi_out: split_onnx_ops_dynamo.onnx holds", op_types("split_onnx_ops_dynamo.onnx"))
+    (actual,) = run_ort("split_onnx_ops_dynamo.onnx", {"x": s.numpy()})
+    compare("split_onnx_ops_dynamo.onnx", actual, SplitInTwo()(s), rtol=0, atol=0)
+
+    show("split_onnx_ops_dynamo.onnx")
+    assert op_types("split_onnx_ops_dynamo.onnx") == ["Split", "Mul"], op_types("split_onnx_ops_dynamo.onnx")
+
+    sr_dynamo = SuperResolution(OnnxOpsUpsample()).eval()
+    torch.onnx.export(
+        sr_dynamo,
+        (x, factor3),
+        "super_resolution_dynamo.onnx",
+        dynamo=True,
+        verbose=False,
+        external_data=False,
+        input_names=["x", "factor"],
+        output_names=["y"],
+    )
+    for f in (2.0, 3.0):
+        scales = torch.tensor([1.0, 1.0, f, f])
+        (actual,) = run_ort("super_resolution_dynamo.onnx", {"x": x.numpy(), "factor": scales.numpy()})
+        expected = sr_dynamo(x, scales)
+        compare(f"super_resolution_dynamo.onnx, factor {f:g}, {actual.shape}", actual, expected, rtol=1e-5, atol=1e-6)
+
+    model = show("super_resolution_dynamo.onnx")
     assert [i.name for i in model.graph.input] == ["x", "factor"]
-    check_two_factors(path, sr, x)
+    assert [n.op_type for n in model.graph.node if n.op_type != "Conv" and n.op_type != "Relu"] == ["Resize"]
 
 
 # ---------------------------------------------------------------------------------------------
 
+# Every model this example writes, relative to --out: the ones it keeps (each checked and run against
+# PyTorch) and the failure demonstrations. main() removes them before a run and refuses to claim PASS
+# while --out holds any other .onnx file.
+KEPT = (
+    "my_relu.onnx",
+    "my_add_float32.onnx",
+    "my_add_float64.onnx",
+    "my_relu_float64.onnx",
+    "my_add_aten_direct.onnx",
+    "my_add_cpp.onnx",
+    "bicubic_upsample.onnx",
+    "super_resolution.onnx",
+    "my_relu_dynamo.onnx",
+    "my_add_dynamo.onnx",
+    "my_add_onnx_ops_dynamo.onnx",
+    "split_onnx_ops_dynamo.onnx",
+    "super_resolution_dynamo.onnx",
+)
+FAILURES = (
+    "failures/clip_float32_min_float64_input.onnx",
+    "failures/my_add_cpp_direct.onnx",
+    "failures/my_add_cpp_dynamo.onnx",
+    "failures/super_resolution_function_dynamo.onnx",
+    "failures/my_add_onnx_ops.onnx",
+)
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=HERE / "output", help="where models are written")
-    args = parser.parse_args(argv)
-    if not hasattr(torch.onnx, "register_custom_op_symbolic"):
-        print("SKIP: this torch has no TorchScript-based ONNX exporter, which `symbolic` methods need")
-        return SKIP
+    args = parse_command_line(argv)
     out = args.out.resolve()
-    (out / "failures").mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    # ORT logs each failed session to stderr before raising; the exceptions are printed anyway.
+    problem = prepare_out(out, KEPT + FAILURES)
+    if problem:
+        print(f"FAIL: cannot write models under {out}: {problem}")
+        return 1
+    # Every dynamo=False export warns that the TorchScript-based exporter is deprecated (and that dynamo=True
+    # is the default since torch 2.9). The steps use dynamo=False on purpose: quiet that one warning.
+    warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
+    # A CUDA toolkit without a GPU: importing torch.utils.cpp_extension logs "No CUDA runtime is found" (step 3).
+    logging.getLogger("torch.utils.cpp_extension").addFilter(lambda record: "No CUDA runtime" not in record.msg)
+    # ORT logs each model it refuses to load before raising; the raised error is what step 2 shows.
     ort.set_default_logger_severity(4)
-    # Each dynamo=False export warns that the TorchScript exporter is deprecated. That is known and
-    # stated in the README; keep the output readable.
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
-    warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
-    sr = SuperResolution(FunctionUpsample()).eval()
+    skipped: list[str] = []
+    home = os.getcwd()
+    os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
-        step1_my_relu(out)
-        step2_my_add(out)
-        my_add_cpp, skipped = step3_cpp_extension(out)
-        step4_super_resolution(out, sr)
-        step5_backward()
-        step6_dynamo(out, sr, my_add_cpp)
+        torch.manual_seed(0)
+        steps = [
+            step1_my_relu,
+            step2_my_add,
+            step3_cpp_extension,
+            step4_super_resolution,
+            step5_backward,
+            step6_dynamo,
+        ]
+        for number, step in enumerate(steps, start=1):
+            try:
+                step()
+            except Skip as reason:  # this step cannot run here; the others still can
+                print(f"SKIP step {number}: {reason}")
+                skipped.append(f"step {number}: {reason}")
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
+    except OSError as exc:
+        print(f"\nFAIL: cannot write models under {out}: {exc}")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
+        print(f"\nFAIL: unexpected {type(exc).__name__}: {first_line(exc)}")
+        if VERBOSE:
+            traceback.print_exc(file=sys.stdout)
+        return 1
+    finally:
+        os.chdir(home)
+    foreign = foreign_models(out, KEPT + FAILURES)
+    if foreign:
+        print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
+        return 1
     if skipped:
-        print(f"\nSKIP: every other check passed; the C++ step was skipped: {skipped}")
+        print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
+    missing = [name for name in KEPT if not (out / name).is_file()]
+    if missing:
+        print(f"\nFAIL: these models were not written: {', '.join(missing)}")
+        return 1
     print(f"\nPASS: every model in {out} checked and matched PyTorch in ONNX Runtime")
     return 0
+
+
+# =============================================================================================
+# Helpers: safe to skip on a first read. The command line, the output folder, and the checks that
+# run around the lesson's code: the ONNX checker, ONNX Runtime against PyTorch, captured output.
+# =============================================================================================
+
+
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error's first line and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", next(line for line in lines if expected in line))
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+
+
+def run_ort(path, feeds: dict[str, np.ndarray], options: ort.SessionOptions | None = None) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), options or ort.SessionOptions(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def compare(name: str, actual: np.ndarray, expected, rtol: float, atol: float) -> None:
+    """assert_allclose, then one line that names the model (and output) and the largest difference."""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected))) if expected.size else 0.0
+    print(f"  {name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+
+
+def op_types(path):
+    return [node.op_type for node in onnx.load(path).graph.node]
+
+
+@contextlib.contextmanager
+def brief_warnings(category):
+    """Collect the warnings the code inside raises; print the first line of each one of `category`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+    for warning in caught:
+        if issubclass(warning.category, category):
+            print(f"  {warning.category.__name__}: {str(warning.message).strip().splitlines()[0]}")
+
+
+class Skip(Exception):
+    """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
+    global VERBOSE
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out",
+        type=non_empty_path,
+        default=HERE / "output",
+        metavar="DIR",
+        help="write the models under DIR, failure demonstrations under DIR/failures (default: output/ here)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every exported graph in full")
+    args = parser.parse_args(argv)
+    VERBOSE = args.verbose
+    return args
+
+
+def non_empty_path(text: str) -> pathlib.Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (it would write into the current directory)")
+    return pathlib.Path(text)
+
+
+def prepare_out(out: pathlib.Path, owned: tuple[str, ...]) -> str:
+    """Make DIR and DIR/failures and remove this example's models of an earlier run: '' or why it cannot."""
+    if out.exists() and not out.is_dir():
+        return "it exists and is not a directory"
+    try:
+        (out / "failures").mkdir(parents=True, exist_ok=True)
+        for name in owned:
+            (out / name).unlink(missing_ok=True)
+        for folder in (out, out / "failures"):
+            with tempfile.TemporaryFile(dir=folder):
+                pass  # can we write there?
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return ""
+
+
+def foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
+    """The .onnx files in DIR and DIR/failures that this example did not write (it never deletes them)."""
+    found = [*out.glob("*.onnx"), *(out / "failures").glob("*.onnx")]
+    return sorted(p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned)
+
+
+def show(path: str | os.PathLike) -> onnx.ModelProto:
+    """The full ONNX checker, then one line: ops in order, opset imports, outputs (the whole graph with -v)."""
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    outputs = ", ".join(f"{o.name}: {type_text(o.type)}" for o in model.graph.output)
+    print(f"  {pathlib.PurePath(path).as_posix()}: {' '.join(ops)} | opsets {opsets} | {outputs}")
+    if VERBOSE:
+        print(textwrap.indent(onnx.printer.to_text(model.graph), "    "))
+    return model
+
+
+def type_text(value_type: onnx.TypeProto) -> str:
+    tensor = value_type.tensor_type
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+    return f"{onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)}[{','.join(dims)}]"
+
+
+@contextlib.contextmanager
+def captured(sink: list[str]):
+    """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
+    compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
+
+
+def ninja_problem() -> str:
+    """torch.utils.cpp_extension runs `ninja` from PATH. A venv used without activation has it only beside
+    its python, where activation would have put it on PATH: look there too. '' or what to do."""
+    import shutil
+    import sysconfig
+
+    scripts = sysconfig.get_path("scripts")
+    if shutil.which("ninja") is None and shutil.which("ninja", path=scripts):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    if shutil.which("ninja") is None:
+        return f"ninja is not installed for {sys.executable}: run `{sys.executable} -m pip install ninja`"
+    return ""
+
+
+def build_problem() -> str:
+    """Why the C++ extension of step 3 cannot be built here (no compiler, no Python headers, no ninja), or ''."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler: {compiler!r} is not on PATH (install g++, or set CXX)"
+    if not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file():
+        return "no Python headers (Python.h): install your Python's development package"
+    return ninja_problem()
 
 
 if __name__ == "__main__":

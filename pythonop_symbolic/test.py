@@ -1,6 +1,6 @@
 """One symbolic for every torch.autograd.Function: `prim::PythonOp`, dispatched on the Function's name.
 
-Run: python test.py [--out DIR]
+Run: python test.py [--out DIR] [-v]
 
 In the TorchScript-based exporter (dynamo=False) a Function that is not inlined and has no `symbolic`
 method becomes a `prim::PythonOp` node. One function registered for `prim::PythonOp` can translate
@@ -9,89 +9,57 @@ all of them, choosing by the Function's name (and by its arguments). The torch.e
 custom_translation_table holds all the translations.
 """
 
-from __future__ import annotations
-
-import argparse
-import pathlib
-import sys
+import contextlib
+import os
+import re
 import warnings
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import torch
 from onnxscript import opset18 as op
 
+# isort: split
+# test-only imports: the command line, the captured output, the ONNX checker
+import argparse
+import pathlib
+import sys
+import tempfile
+import textwrap
+import traceback
+
+import onnx
+
 HERE = pathlib.Path(__file__).resolve().parent
-SKIP = 77  # exit status for "cannot run here"
+SKIP = 77  # exit status for "cannot run here", as in automake
+VERBOSE = False  # -v: print every exported graph in full
 
 
-# ---------------------------------------------------------------------------------------------
-# Helpers: the same few checks run on every model the example keeps.
-# ---------------------------------------------------------------------------------------------
-
-
-def reproduce(what: str, call, expect: str) -> BaseException:
-    """Run `call`, which must fail with `expect` in its message; print the exception type and first line."""
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error's first line and go on."""
     try:
-        call()
-    except Exception as exc:  # noqa: BLE001 - showing whatever the reader would see is the point
-        message = str(exc).strip()
-        cause = exc.__cause__
-        while cause is not None:  # a wrapped error: its cause names the real problem
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
             message += f"\n{type(cause).__name__}: {cause}"
             cause = cause.__cause__
-        first_line = message.splitlines()[0].split("  [Caused by")[0] if message else ""
-        print(f"  reproduced ({what}): {type(exc).__name__}: {first_line}")
-        assert expect in message, f"{what}: expected {expect!r} in the error, got {type(exc).__name__}: {message}"
-        if expect not in first_line:  # the cause is further down: show the line that names it
-            print("    ... " + next(line.strip() for line in message.splitlines() if expect in line))
-        return exc
-    raise AssertionError(f"expected a failure ({what}), but it succeeded")
-
-
-def check_and_show(path: pathlib.Path) -> onnx.ModelProto:
-    """The full ONNX checker (with shape inference), then the graph as text."""
-    model = onnx.load(str(path))
-    onnx.checker.check_model(model, full_check=True)
-    print(onnx.printer.to_text(model.graph))
-    return model
-
-
-def run_ort(path: pathlib.Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(actual: np.ndarray, expected: torch.Tensor, rtol: float, atol: float) -> None:
-    np.testing.assert_allclose(actual, expected.detach().numpy(), rtol=rtol, atol=atol)
-    print(f"  ONNX Runtime matches PyTorch (rtol={rtol}, atol={atol})")
-
-
-def input_feeds(path: pathlib.Path, tensors) -> dict[str, np.ndarray]:
-    names = [i.name for i in onnx.load(str(path)).graph.input]
-    return {name: t.numpy() for name, t in zip(names, tensors, strict=True)}
-
-
-def op_types(path: pathlib.Path) -> list[str]:
-    return [n.op_type for n in onnx.load(str(path)).graph.node]
-
-
-def export_and_compare(model, inputs, path: pathlib.Path, **export_kwargs) -> None:
-    """Export, check, print, run in ORT and compare exactly (clamps and maxima: no arithmetic)."""
-    model = model.eval()
-    if export_kwargs.get("dynamo"):
-        torch.onnx.export(model, inputs, verbose=False, **export_kwargs).save(path)
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", next(line for line in lines if expected in line))
     else:
-        torch.onnx.export(model, inputs, path, **export_kwargs)
-    check_and_show(path)
-    (actual,) = run_ort(path, input_feeds(path, inputs))
-    compare(actual, model(*inputs), rtol=0, atol=0)
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
 
 
-# ---------------------------------------------------------------------------------------------
-# The Functions: no `symbolic` method on any of them.
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
+# 1. Without any symbolic
+# =============================================================================================
 
 
 class MyClip(torch.autograd.Function):
@@ -108,60 +76,53 @@ class MyRelu(torch.autograd.Function):
         return input.clamp(min=0)
 
 
-class MyTanh(torch.autograd.Function):  # one the symbolic below does not know
-    @staticmethod
-    def forward(ctx, input):
-        return torch.tanh(input)
-
-
 class ClipThenRelu(torch.nn.Module):
     def forward(self, x):
         return MyRelu.apply(MyClip.apply(x, -0.5))
 
 
-class TwoClips(torch.nn.Module):
-    def forward(self, x):
-        return MyClip.apply(x, 0.0) + MyClip.apply(x, 0.5)
-
-
-class WithTanh(torch.nn.Module):
-    def forward(self, x):
-        return MyTanh.apply(MyRelu.apply(x))
-
-
-# ---------------------------------------------------------------------------------------------
-# 1. Without any symbolic
-# ---------------------------------------------------------------------------------------------
-
-
-def step1_without_symbolic(out: pathlib.Path) -> None:
+def step1_without_symbolic() -> None:
     print("\n== 1. Functions without a symbolic (dynamo=False) ==")
-    x = torch.randn(2, 3)
-    # Why it works by default: the exporter inlines a Function's forward (autograd_inlining=True),
-    # so it exports the clamps inside, not the Functions.
-    print("\n-- default: forward inlined")
-    export_and_compare(ClipThenRelu(), (x,), out / "inlined.onnx", dynamo=False, opset_version=17)
-    assert "Clip" in op_types(out / "inlined.onnx")
+    need_torchscript_exporter()
+    # The first dynamo=False export also records torch's deprecation warning: it names the release
+    # in which dynamo=True became the default (the README quotes it).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.makedirs("failures", exist_ok=True)  # the failure demonstrations go there
+        model = ClipThenRelu().eval()
+        x = torch.randn(2, 3)
+        # By default (autograd_inlining=True) the exporter inlines each Function's forward.
+        torch.onnx.export(model, (x,), "inlined.onnx", dynamo=False, opset_version=17, input_names=["x"])
+        compare("inlined.onnx", run_ort("inlined.onnx", {"x": x.numpy()})[0], model(x), rtol=0, atol=0)
+        show("inlined.onnx")
+    legacy = [str(w.message) for w in caught if "legacy TorchScript-based ONNX export" in str(w.message)]
+    assert legacy, "torch no longer warns that dynamo=False is the legacy exporter"
+    print("  torch warns:", legacy[0].split(" Learn more")[0])
+    ops = op_types("inlined.onnx")
+    assert ops.count("Clip") == 2 and "Relu" not in ops, ops  # the clamps inside forward, not the Functions
 
-    # Why turn inlining off: to keep each Function as one unit and choose its ONNX yourself. Then
-    # each is a prim::PythonOp, which no built-in rule translates.
-    print("\n-- autograd_inlining=False: a prim::PythonOp per Function")
-    reproduce(
-        "prim::PythonOp without a symbolic",
-        lambda: torch.onnx.export(
-            ClipThenRelu(), (x,), out / "failures/pythonop.onnx", dynamo=False, autograd_inlining=False
-        ),
-        "ONNX export failed: Couldn't export Python operator MyClip",
-    )
+    noise: list[str] = []
+    with captured(noise):
+        # Keep each Function as one prim::PythonOp node: with no rule for it, the export fails.
+        with expect_error("Couldn't export Python operator MyClip"):
+            torch.onnx.export(
+                model,
+                (x,),
+                "failures/pythonop_no_symbolic.onnx",
+                dynamo=False,
+                opset_version=17,
+                autograd_inlining=False,
+                input_names=["x"],
+            )
+    replay(noise)
 
 
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
 # 2. One symbolic for prim::PythonOp
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
 
 
-# The source's form. Today the exporter calls symbolic(g, *args, **kwargs): this `n` receives the
-# first tensor, and every argument after it shifts by one.
+# The source material's symbolic (torch 1.10): the exporter passed the node as a second argument `n`.
 def symbolic_pythonop_source(g, n, *args, **kwargs):
     name = kwargs["name"]
     if name == "MyClip":
@@ -201,63 +162,122 @@ def symbolic_pythonop(g, *args, **kwargs):
     return result
 
 
-def step2_one_symbolic(out: pathlib.Path) -> None:
+class MyTanh(torch.autograd.Function):  # one that symbolic_pythonop does not know
+    @staticmethod
+    def forward(ctx, input):
+        return torch.tanh(input)
+
+
+class WithTanh(torch.nn.Module):
+    def forward(self, x):
+        return MyTanh.apply(MyRelu.apply(x))
+
+
+def step2_one_symbolic() -> None:
     print("\n== 2. One symbolic for prim::PythonOp (dynamo=False) ==")
-    from torch.onnx import register_custom_op_symbolic
-
+    need_torchscript_exporter()
+    model = ClipThenRelu().eval()
     x = torch.randn(2, 3)
-    export = {"dynamo": False, "opset_version": 17, "autograd_inlining": False}
 
-    # The source registers "::prim_PythonOp". That name is accepted, filed as aten::prim_PythonOp,
-    # and never looked up: the export fails as if nothing was registered.
-    print("\n-- the source's registration name")
-    register_custom_op_symbolic("::prim_PythonOp", symbolic_pythonop, 1)
-    reproduce(
-        'registered as "::prim_PythonOp"',
-        lambda: torch.onnx.export(ClipThenRelu(), (x,), out / "failures/pythonop.onnx", **export),
-        "Couldn't export Python operator MyClip",
+    print("-- the source's symbolic, registered under the source's name")
+    noise: list[str] = []
+    with captured(noise):
+        # The source's registration: accepted (filed as aten::prim_PythonOp) and never looked up.
+        torch.onnx.register_custom_op_symbolic("::prim_PythonOp", symbolic_pythonop_source, 1)
+        with expect_error("Couldn't export Python operator MyClip"):
+            torch.onnx.export(
+                model,
+                (x,),
+                "failures/pythonop_old_name.onnx",
+                dynamo=False,
+                opset_version=17,
+                autograd_inlining=False,
+                input_names=["x"],
+            )
+    replay(noise)
+
+    print("-- the source's symbolic, registered as prim::PythonOp")
+    noise = []
+    with captured(noise):
+        # Today the exporter calls symbolic(g, *args, **kwargs): `n` receives the first tensor,
+        # and every argument after it shifts by one.
+        torch.onnx.register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop_source, 1)
+        with expect_error("tuple index out of range"):
+            torch.onnx.export(
+                model,
+                (x,),
+                "failures/pythonop_old_signature.onnx",
+                dynamo=False,
+                opset_version=17,
+                autograd_inlining=False,
+                input_names=["x"],
+            )
+    replay(noise)
+    print("  torch.onnx.SymbolicContext exists:", hasattr(torch.onnx, "SymbolicContext"))
+
+    print("-- symbolic_pythonop(g, *args, **kwargs)")
+    # Registered at opset 1, it serves every opset; it replaces the registration above.
+    torch.onnx.register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop, 1)
+    torch.onnx.export(
+        model, (x,), "pythonop.onnx", dynamo=False, opset_version=17, autograd_inlining=False, input_names=["x"]
     )
+    compare("pythonop.onnx", run_ort("pythonop.onnx", {"x": x.numpy()})[0], model(x), rtol=0, atol=0)
+    show("pythonop.onnx")
+    assert op_types("pythonop.onnx") == ["Constant", "Clip", "Relu"], op_types("pythonop.onnx")
 
-    # The source's signature, under the right name.
-    print("\n-- the source's signature, symbolic_pythonop(g, n, *args, **kwargs)")
-    register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop_source, 1)
-    reproduce(
-        "(g, n, *args) today",
-        lambda: torch.onnx.export(ClipThenRelu(), (x,), out / "failures/pythonop.onnx", **export),
-        "tuple index out of range",
-    )
-
-    # Registered at opset 1, it serves every opset.
-    print("\n-- symbolic_pythonop(g, *args, **kwargs)")
-    register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop, 1)
-    path = out / "pythonop.onnx"
-    export_and_compare(ClipThenRelu(), (x,), path, **export)
-    assert op_types(path) == ["Constant", "Clip", "Relu"], op_types(path)
-
-    print("\n-- a Function the symbolic does not know")
-    reproduce(
-        "MyTanh",
-        lambda: torch.onnx.export(WithTanh(), (x,), out / "failures/unknown_function.onnx", **export),
-        f"no ONNX translation for autograd.Function {MyTanh.__module__}.MyTanh",
-    )
+    print("-- a Function the symbolic does not know")
+    noise = []
+    with captured(noise):
+        with expect_error("no ONNX translation for autograd.Function __main__.MyTanh"):
+            torch.onnx.export(
+                WithTanh(),
+                (x,),
+                "failures/unknown_function.onnx",
+                dynamo=False,
+                opset_version=17,
+                autograd_inlining=False,
+                input_names=["x"],
+            )
+    replay(noise)
 
 
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
 # 3. Dispatch on more than the name
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
 
 
-def step3_dispatch_on_arguments(out: pathlib.Path) -> None:
+class TwoClips(torch.nn.Module):
+    def forward(self, x):
+        return MyClip.apply(x, 0.0) + MyClip.apply(x, 0.5)
+
+
+def step3_dispatch_on_arguments() -> None:
     print("\n== 3. The same Function, two translations: MyClip(x, 0.0) -> Relu, MyClip(x, 0.5) -> Clip ==")
+    need_torchscript_exporter()
+    # Relies on step 2: symbolic_pythonop is still registered for prim::PythonOp (registrations are
+    # global to the process).
+    model = TwoClips().eval()
     x = torch.randn(2, 3)
-    path = out / "pythonop_by_argument.onnx"
-    export_and_compare(TwoClips(), (x,), path, dynamo=False, opset_version=17, autograd_inlining=False)
-    assert op_types(path) == ["Relu", "Constant", "Clip", "Add"], op_types(path)
+    torch.onnx.export(
+        model,
+        (x,),
+        "pythonop_by_argument.onnx",
+        dynamo=False,
+        opset_version=17,
+        autograd_inlining=False,
+        input_names=["x"],
+    )
+    compare(
+        "pythonop_by_argument.onnx", run_ort("pythonop_by_argument.onnx", {"x": x.numpy()})[0], model(x), rtol=0, atol=0
+    )
+    show("pythonop_by_argument.onnx")
+    ops = op_types("pythonop_by_argument.onnx")
+    assert ops == ["Relu", "Constant", "Clip", "Add"], ops
 
 
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
 # 4. The torch.export-based exporter (dynamo=True)
-# ---------------------------------------------------------------------------------------------
+# =============================================================================================
 
 
 def my_clip_translation(x, min: float):
@@ -270,9 +290,36 @@ def my_relu_translation(x):
     return op.Relu(x)
 
 
-def define_custom_ops():
-    """Each Function becomes a custom op with a schema, a kernel and a fake kernel."""
+class CustomOpModel(torch.nn.Module):
+    def forward(self, x, y):
+        ops = torch.ops.pythonop_demo  # the custom ops of step 4, looked up when forward runs
+        return ops.my_relu(x) + ops.my_clip(y, 0.0) + ops.my_clip(y, 0.5)
 
+
+def step4_dynamo() -> None:
+    print("\n== 4. The torch.export-based exporter (dynamo=True) ==")
+    # torch.export runs each Function's forward and records what it calls. The prim::PythonOp
+    # symbolic of step 2 is still registered: this exporter never looks at it.
+    # external_data=False: one file per model (by default an empty NAME.onnx.data comes with it).
+    model = ClipThenRelu().eval()
+    x = torch.randn(2, 3)
+    torch.onnx.export(model, (x,), "clip_then_relu_dynamo.onnx", dynamo=True, verbose=False, external_data=False)
+    compare(
+        "clip_then_relu_dynamo.onnx",
+        run_ort("clip_then_relu_dynamo.onnx", {"x": x.numpy()})[0],
+        model(x),
+        rtol=0,
+        atol=0,
+    )
+    show("clip_then_relu_dynamo.onnx")
+
+    model = TwoClips().eval()
+    torch.onnx.export(model, (x,), "two_clips_dynamo.onnx", dynamo=True, verbose=False, external_data=False)
+    compare("two_clips_dynamo.onnx", run_ort("two_clips_dynamo.onnx", {"x": x.numpy()})[0], model(x), rtol=0, atol=0)
+    show("two_clips_dynamo.onnx")
+    assert "PythonOp" not in op_types("clip_then_relu_dynamo.onnx") + op_types("two_clips_dynamo.onnx")
+
+    # Each Function as a custom op: a schema (from the type hints), a kernel, and a fake kernel.
     @torch.library.custom_op("pythonop_demo::my_clip", mutates_args=())
     def my_clip(x: torch.Tensor, min: float) -> torch.Tensor:
         return x.clamp(min=min)
@@ -290,78 +337,232 @@ def define_custom_ops():
         torch.ops.pythonop_demo.my_clip.default: my_clip_translation,
         torch.ops.pythonop_demo.my_relu.default: my_relu_translation,
     }
-    return my_clip, my_relu, translations
 
-
-class CustomOpModel(torch.nn.Module):
-    def __init__(self, my_clip, my_relu) -> None:
-        super().__init__()
-        self.my_clip, self.my_relu = my_clip, my_relu
-
-    def forward(self, x, y):
-        return self.my_relu(x) + self.my_clip(y, 0.0) + self.my_clip(y, 0.5)
-
-
-def step4_dynamo(out: pathlib.Path) -> None:
-    print("\n== 4. The torch.export-based exporter (dynamo=True) ==")
-    x = torch.randn(2, 3)
-
-    # Why: torch.export runs each Function's forward and records what it calls; no PythonOp, and the
-    # prim::PythonOp symbolic (still registered) is never consulted.
-    print("\n-- the Functions, traced through")
-    for name, model in [("clip_then_relu", ClipThenRelu()), ("two_clips", TwoClips())]:
-        path = out / f"{name}_dynamo.onnx"
-        export_and_compare(model, (x,), path, dynamo=True)
-        print(f"  ops: {op_types(path)}")
-
-    print("\n-- custom ops + one custom_translation_table")
-    my_clip, my_relu, translations = define_custom_ops()
-    model = CustomOpModel(my_clip, my_relu).eval()
-    y = torch.randn(2, 3)
-    reproduce(
-        "custom ops without translations",
-        lambda: torch.onnx.export(model, (x, y), dynamo=True, verbose=False),
-        "No ONNX function found for <OpOverload(op='pythonop_demo.my_relu', overload='default')>",
+    model = CustomOpModel().eval()
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    with expect_error("No ONNX function found for <OpOverload(op='pythonop_demo.my_relu', overload='default')>"):
+        torch.onnx.export(model, (x, y), "failures/custom_ops_no_table.onnx", dynamo=True, verbose=False)
+    torch.onnx.export(
+        model,
+        (x, y),
+        "custom_ops_dynamo.onnx",
+        dynamo=True,
+        verbose=False,
+        external_data=False,
+        custom_translation_table=translations,
     )
-    path = out / "custom_ops_dynamo.onnx"
-    onnx_program = torch.onnx.export(model, (x, y), dynamo=True, verbose=False, custom_translation_table=translations)
-    onnx_program.save(path)
-    check_and_show(path)
-    (actual,) = run_ort(path, input_feeds(path, (x, y)))
-    compare(actual, model(x, y), rtol=0, atol=0)
-    ops = op_types(path)
+    actual = run_ort("custom_ops_dynamo.onnx", {"x": x.numpy(), "y": y.numpy()})[0]
+    compare("custom_ops_dynamo.onnx", actual, model(x, y), rtol=0, atol=0)
+    show("custom_ops_dynamo.onnx")
+    ops = op_types("custom_ops_dynamo.onnx")
     assert sorted(ops) == ["Add", "Add", "Clip", "Relu", "Relu"], ops  # my_clip(y, 0.0) became a Relu
-    print(f"  ops: {ops}")
 
 
-# ---------------------------------------------------------------------------------------------
+# Every model this example writes, relative to --out: the ones it keeps (each checked and run against
+# PyTorch) and the failure demonstrations. main() removes them before a run and refuses to claim PASS
+# while --out holds any other .onnx file.
+KEPT = (
+    "inlined.onnx",
+    "pythonop.onnx",
+    "pythonop_by_argument.onnx",
+    "clip_then_relu_dynamo.onnx",
+    "two_clips_dynamo.onnx",
+    "custom_ops_dynamo.onnx",
+)
+FAILURES = (
+    "failures/pythonop_no_symbolic.onnx",
+    "failures/pythonop_old_name.onnx",
+    "failures/pythonop_old_signature.onnx",
+    "failures/unknown_function.onnx",
+    "failures/custom_ops_no_table.onnx",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=HERE / "output", help="where models are written")
-    args = parser.parse_args(argv)
-    if not hasattr(torch.onnx, "register_custom_op_symbolic"):
-        print("SKIP: this torch has no TorchScript-based ONNX exporter, where prim::PythonOp lives")
-        return SKIP
+    args = parse_command_line(argv)
     out = args.out.resolve()
-    (out / "failures").mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    # Each dynamo=False export and registration warns that the TorchScript exporter is deprecated.
-    # That is known and stated in the README; keep the output readable.
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
-    warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
-    warnings.filterwarnings("ignore", message="The feature will be removed.*")
+    problem = prepare_out(out, KEPT + FAILURES)
+    if problem:
+        print(f"FAIL: cannot write models under {out}: {problem}")
+        return 1
+    # Every dynamo=False export warns that the TorchScript-based exporter is deprecated (step 1 prints
+    # the warning once). The steps use dynamo=False on purpose: quiet that one warning.
+    warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
+    # test.py only: the exporter's logging setup also warns about itself (hidden outside __main__ anyway).
+    warnings.filterwarnings("ignore", message="The feature will be removed", category=DeprecationWarning)
+    skipped: list[str] = []
+    home = os.getcwd()
+    os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
-        step1_without_symbolic(out)
-        step2_one_symbolic(out)
-        step3_dispatch_on_arguments(out)
-        step4_dynamo(out)
+        torch.manual_seed(0)
+        steps = [step1_without_symbolic, step2_one_symbolic, step3_dispatch_on_arguments, step4_dynamo]
+        for number, step in enumerate(steps, start=1):
+            try:
+                step()
+            except Skip as reason:  # this step cannot run here; the others still can
+                print(f"SKIP step {number}: {reason}")
+                skipped.append(f"step {number}: {reason}")
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
+    except OSError as exc:
+        print(f"\nFAIL: cannot write models under {out}: {exc}")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
+        print(f"\nFAIL: unexpected {type(exc).__name__}: {first_line(exc)}")
+        if VERBOSE:
+            traceback.print_exc(file=sys.stdout)
+        return 1
+    finally:
+        os.chdir(home)
+    foreign = foreign_models(out, KEPT + FAILURES)
+    if foreign:
+        print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
+        return 1
+    if skipped:
+        print(f"\nSKIP: {'; '.join(skipped)}")
+        return SKIP
+    missing = [name for name in KEPT if not (out / name).is_file()]
+    if missing:
+        print(f"\nFAIL: these models were not written: {', '.join(missing)}")
+        return 1
     print(f"\nPASS: every model in {out} checked and matched PyTorch in ONNX Runtime")
     return 0
+
+
+# =============================================================================================
+# Helpers: safe to skip on a first read. The command line, the output folder, and the checks that
+# run around the lesson's code: the ONNX checker, ONNX Runtime against PyTorch, captured output.
+# =============================================================================================
+
+
+class Skip(Exception):
+    """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
+
+
+def need_torchscript_exporter() -> None:
+    """Steps 1-3 need the TorchScript-based exporter (dynamo=False), where prim::PythonOp lives."""
+    if not hasattr(torch.onnx, "register_custom_op_symbolic"):
+        raise Skip("this torch has no TorchScript-based ONNX exporter (dynamo=False), where prim::PythonOp lives")
+
+
+def op_types(path: str) -> list[str]:
+    return [node.op_type for node in onnx.load(path).graph.node]
+
+
+def replay(sink: list[str]) -> None:
+    """Print the lines expect_error printed inside captured(). The rest is the exporter's dump of the
+    TorchScript graph at the failure and the symbolic's own lines: printed only with -v. The warnings
+    captured() recorded are the deprecation warnings main() filters: dropped."""
+    for line in sink[0].splitlines():
+        if line.startswith("  reproduced") or (VERBOSE and not re.match(r"\w+Warning: ", line)):
+            print(line)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
+    global VERBOSE
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out",
+        type=non_empty_path,
+        default=HERE / "output",
+        metavar="DIR",
+        help="write the models under DIR, failure demonstrations under DIR/failures (default: output/ here)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every exported graph in full")
+    args = parser.parse_args(argv)
+    VERBOSE = args.verbose
+    return args
+
+
+def non_empty_path(text: str) -> pathlib.Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (it would write into the current directory)")
+    return pathlib.Path(text)
+
+
+def prepare_out(out: pathlib.Path, owned: tuple[str, ...]) -> str:
+    """Make DIR and DIR/failures and remove this example's models of an earlier run: '' or why it cannot."""
+    if out.exists() and not out.is_dir():
+        return "it exists and is not a directory"
+    try:
+        (out / "failures").mkdir(parents=True, exist_ok=True)
+        for name in owned:
+            (out / name).unlink(missing_ok=True)
+        for folder in (out, out / "failures"):
+            with tempfile.TemporaryFile(dir=folder):
+                pass  # can we write there?
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return ""
+
+
+def foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
+    """The .onnx files in DIR and DIR/failures that this example did not write (it never deletes them)."""
+    found = [*out.glob("*.onnx"), *(out / "failures").glob("*.onnx")]
+    return sorted(p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned)
+
+
+def show(path: str | os.PathLike) -> onnx.ModelProto:
+    """The full ONNX checker, then one line: ops in order, opset imports, outputs (the whole graph with -v)."""
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    outputs = ", ".join(f"{o.name}: {type_text(o.type)}" for o in model.graph.output)
+    print(f"  {pathlib.PurePath(path).as_posix()}: {' '.join(ops)} | opsets {opsets} | {outputs}")
+    if VERBOSE:
+        print(textwrap.indent(onnx.printer.to_text(model.graph), "    "))
+    return model
+
+
+def type_text(value_type: onnx.TypeProto) -> str:
+    tensor = value_type.tensor_type
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+    return f"{onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)}[{','.join(dims)}]"
+
+
+def run_ort(path, feeds: dict[str, np.ndarray], options: ort.SessionOptions | None = None) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), options or ort.SessionOptions(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def compare(name: str, actual: np.ndarray, expected, rtol: float, atol: float) -> None:
+    """assert_allclose, then one line that names the model (and output) and the largest difference."""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected))) if expected.size else 0.0
+    print(f"  {name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+
+
+@contextlib.contextmanager
+def captured(sink: list[str]):
+    """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
+    compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,17 @@
 """Symbolic functions for PyTorch ops that exist but will not export to ONNX.
 
-Run: python test.py [--out DIR]
+Run: python test.py [--out DIR] [-v]
 
-Every step first reproduces the error a reader meets, then fixes it, exports, checks the
-model with onnx.checker and runs it in ONNX Runtime against PyTorch. Steps 1-6 use the
-TorchScript-based exporter (dynamo=False), the only one that reads register_custom_op_symbolic;
-step 7 uses the torch.export-based exporter (dynamo=True), the default since torch 2.9.
+Every step first reproduces the error a reader meets, then fixes it, exports, checks the model with
+onnx.checker and runs it in ONNX Runtime against PyTorch. Steps 1-6 use the TorchScript-based exporter
+(dynamo=False), the only one that reads register_custom_op_symbolic; step 7 uses the torch.export-based
+exporter (dynamo=True), the default since torch 2.9. Each step holds the README's code word for word,
+with the checks around it.
 """
 
-from __future__ import annotations
-
-import argparse
 import contextlib
 import os
-import pathlib
-import sys
-import tempfile
-import warnings
+import re
 
 import numpy as np
 import onnx
@@ -24,102 +19,49 @@ import onnxruntime as ort
 import onnxscript
 import torch
 import torchvision
-from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+from torch.onnx import register_custom_op_symbolic, unregister_custom_op_symbolic
+from torch.onnx.symbolic_helper import parse_args
 
-HERE = pathlib.Path(__file__).resolve().parent
-SKIP = 77  # exit status for "cannot run here"
+try:  # only steps 1 and 7 need it: they run the custom node in ONNX Runtime
+    from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+except ImportError:  # pip install onnxruntime-extensions
+    onnx_op = None
 
-try:  # the TorchScript-based exporter's API; a future torch may drop it
-    from torch.onnx import register_custom_op_symbolic, unregister_custom_op_symbolic
-    from torch.onnx.symbolic_helper import parse_args
-except ImportError as exc:  # pragma: no cover - depends on the installed torch
-    TORCHSCRIPT_EXPORTER_MISSING = f"{type(exc).__name__}: {exc}"
-
-    def parse_args(*_descriptors):  # lets this file import, so main() can report the SKIP
-        return lambda fn: fn
-else:
-    TORCHSCRIPT_EXPORTER_MISSING = ""
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers: the same few checks run on every model the example keeps.
-# ---------------------------------------------------------------------------------------------
-
-
-def reproduce(what: str, call, expect: str) -> BaseException:
-    """Run `call`, which must fail with `expect` in its message; print the exception type and first line."""
-    try:
-        call()
-    except Exception as exc:  # noqa: BLE001 - showing whatever the reader would see is the point
-        message = str(exc).strip()
-        cause = exc.__cause__
-        while cause is not None:  # a wrapped error: its cause names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        first_line = message.splitlines()[0].split("  [Caused by")[0] if message else ""
-        print(f"  reproduced ({what}): {type(exc).__name__}: {first_line}")
-        assert expect in message, f"{what}: expected {expect!r} in the error, got {type(exc).__name__}: {message}"
-        if expect not in first_line:  # the cause is further down: show the line that names it
-            print("    ... " + next(line.strip() for line in message.splitlines() if expect in line))
-        return exc
-    raise AssertionError(f"expected a failure ({what}), but it succeeded")
-
-
-def check_and_show(path: pathlib.Path) -> onnx.ModelProto:
-    """The full ONNX checker (with shape inference), then the graph as text."""
-    model = onnx.load(str(path))
-    onnx.checker.check_model(model, full_check=True)
-    print(onnx.printer.to_text(model.graph))
-    return model
-
-
-def run_ort(path: pathlib.Path, feeds: dict[str, np.ndarray], custom_ops: bool = False) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    if custom_ops:
-        # The Python kernels declared with @onnx_op live in onnxruntime-extensions' library.
-        options.register_custom_ops_library(get_library_path())
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(actual: np.ndarray, expected: torch.Tensor, rtol: float, atol: float) -> None:
-    np.testing.assert_allclose(actual, expected.detach().numpy(), rtol=rtol, atol=atol)
-    print(f"  ONNX Runtime matches PyTorch (rtol={rtol}, atol={atol})")
+import argparse
+import pathlib
+import sys
+import tempfile
+import textwrap
+import traceback
+import warnings
 
 
 @contextlib.contextmanager
-def captured_stderr(sink: list[str]):
-    """Capture file descriptor 2: the exporter's C++ warnings bypass Python's warnings module."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            sink.append(tmp.read().decode(errors="replace"))
-
-
-def output_dims(model: onnx.ModelProto) -> list[int | str]:
-    dims = model.graph.output[0].type.tensor_type.shape.dim
-    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
-
-
-def opsets_of(model: onnx.ModelProto) -> dict[str, int]:
-    return {o.domain: o.version for o in model.opset_import}
-
-
-def input_feeds(path: pathlib.Path, tensors) -> dict[str, np.ndarray]:
-    names = [i.name for i in onnx.load(str(path)).graph.input]
-    return {name: t.numpy() for name, t in zip(names, tensors, strict=True)}
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error's first line and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", next(line for line in lines if expected in line))
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
 
 
 # ---------------------------------------------------------------------------------------------
-# The models.
+# 1. Threshold as one custom-domain node
 # ---------------------------------------------------------------------------------------------
 
 
@@ -130,57 +72,6 @@ class ThresholdModel(torch.nn.Module):
 
     def forward(self, x):
         return self.threshold(x)
-
-
-class EluModel(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.elu = torch.nn.ELU(alpha=0.5)
-
-    def forward(self, x):
-        return self.elu(x)
-
-
-class AsinhModel(torch.nn.Module):
-    def forward(self, x):
-        return torch.asinh(x)
-
-
-class DeformConvModel(torch.nn.Module):
-    def forward(self, x, offset, weight, bias, mask):
-        return torchvision.ops.deform_conv2d(x, offset, weight, bias, stride=2, padding=1, mask=mask)
-
-
-def deform_conv_inputs() -> tuple[torch.Tensor, ...]:
-    n, c_in, c_out, size, k = 2, 4, 6, 9, 3
-    out_size = (size + 2 * 1 - k) // 2 + 1  # stride 2, padding 1
-    x = torch.randn(n, c_in, size, size)
-    offset = torch.randn(n, 2 * k * k, out_size, out_size)
-    weight = torch.randn(c_out, c_in, k, k)
-    bias = torch.randn(c_out)
-    mask = torch.rand(n, k * k, out_size, out_size)
-    return x, offset, weight, bias, mask
-
-
-# ---------------------------------------------------------------------------------------------
-# The ORT kernel for rknn_cst::cstThreshold: a test double standing in for the target runtime's.
-# ---------------------------------------------------------------------------------------------
-
-
-def register_threshold_kernel() -> None:
-    @onnx_op(
-        op_type="rknn_cst::cstThreshold",
-        inputs=[PyCustomOpDef.dt_float],
-        outputs=[PyCustomOpDef.dt_float],
-        attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
-    )
-    def cst_threshold(x, threshold, value):
-        return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
-
-
-# ---------------------------------------------------------------------------------------------
-# 1. Threshold as one custom-domain node
-# ---------------------------------------------------------------------------------------------
 
 
 # Style A: no attributes. The node keeps only the tensor; 0.1 and 20 are lost.
@@ -215,96 +106,97 @@ def threshold_typed(g, x, threshold, value):
     return y
 
 
-def step1_custom_domain_node(out: pathlib.Path) -> None:
+# Style C's meaning, checked without ONNX Runtime: the ONNX reference evaluator runs a Python op
+# that reads the list. The class name is the op_type.
+class cstThreshold(OpRun):
+    op_domain = "rknn_cst"
+
+    def _run(self, x, param=None):
+        threshold, value = param
+        return (np.where(x > np.float32(threshold), x, np.float32(value)).astype(x.dtype),)
+
+
+def step1_custom_domain_node():
     print("\n== 1. Threshold as one custom-domain node (dynamo=False) ==")
-    model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
+    with native_output("Torch IR graph at exception"):  # test.py only: see native_output()
+        os.makedirs("failures", exist_ok=True)  # the models that show a failure go here
+        torch.manual_seed(0)
+        model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
+        with expect_error("Unsupported: ONNX export of operator threshold, non-zero threshold"):
+            torch.onnx.export(model, (x,), "failures/threshold.onnx", dynamo=False, opset_version=12)
 
-    # Why: this is the error that brings a reader here.
-    reproduce(
-        "no symbolic for a non-zero threshold",
-        lambda: torch.onnx.export(model, (x,), out / "failures" / "threshold.onnx", dynamo=False, opset_version=12),
-        "Unsupported: ONNX export of operator threshold, non-zero threshold",
-    )
-
-    # Why three styles: they differ in what survives into the file, and only B and C keep 0.1 and 20.
-    for symbolic, filename in [
-        (threshold_no_attributes, "failures/threshold_no_attributes.onnx"),
-        (threshold_float_list, "failures/threshold_float_list.onnx"),
-        (threshold_named_attributes, "threshold_untyped.onnx"),
+    # Why three styles: they differ in what survives into the file; only B and C keep 0.1 and 20.
+    with native_output() as warned:
+        for symbolic, path in [
+            (threshold_no_attributes, "failures/threshold_no_attributes.onnx"),
+            (threshold_float_list, "failures/threshold_float_list.onnx"),
+            (threshold_named_attributes, "threshold_untyped.onnx"),
+        ]:
+            register_custom_op_symbolic("aten::threshold", symbolic, 12)  # replaces the one before
+            torch.onnx.export(model, (x,), path, dynamo=False, opset_version=12, custom_opsets={"rknn_cst": 1})
+            (node,) = onnx.load(path).graph.node
+            attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
+            print(f"  {path}: one {node.domain}.{node.op_type} node, attributes {attributes}")
+    # Why: without setType the exporter warns (from C++, on stderr) and makes up the output's sizes.
+    warning = "Warning: The shape inference of rknn_cst::cstThreshold type is missing"
+    assert warned[0].count(warning) == 3, warned[0]
+    print(f"  the exporter printed '{warning} ...' for each of the 3 exports")
+    for path in [
+        "failures/threshold_no_attributes.onnx",
+        "failures/threshold_float_list.onnx",
+        "threshold_untyped.onnx",
     ]:
-        print(f"\n-- {symbolic.__name__} -> {filename}")
-        register_custom_op_symbolic("aten::threshold", symbolic, 12)
-        stderr: list[str] = []
-        with captured_stderr(stderr):
-            torch.onnx.export(
-                model, (x,), out / filename, dynamo=False, opset_version=12, custom_opsets={"rknn_cst": 1}
-            )
-        exported = check_and_show(out / filename)
-        # Why: without setType the exporter warns and the output shape is left symbolic.
-        assert "shape inference of rknn_cst::cstThreshold type is missing" in stderr[0], stderr[0]
-        dims = output_dims(exported)
+        dims = output_dims(show(path))
         assert len(dims) == 4 and all(isinstance(d, str) for d in dims), dims  # rank kept, sizes made up
-        print(f"  exporter warned: shape inference ... is missing; output dims {output_dims(exported)}")
 
-    register_custom_op_symbolic("aten::threshold", threshold_wrong_suffix, 12)
-    reproduce(
-        "g.op with a _fs suffix",
-        lambda: torch.onnx.export(model, (x,), out / "failures" / "threshold.onnx", dynamo=False, opset_version=12),
-        "Invalid attribute specifier 'param_fs'",
-    )
+    with native_output("Torch IR graph at exception"):
+        register_custom_op_symbolic("aten::threshold", threshold_wrong_suffix, 12)
+        with expect_error("Invalid attribute specifier 'param_fs'"):
+            torch.onnx.export(model, (x,), "failures/threshold.onnx", dynamo=False, opset_version=12)
 
-    # Why a kernel: ORT knows nothing of rknn_cst; onnx_op lets a Python function stand in for it.
-    register_threshold_kernel()
-
-    # Why the no-attribute model cannot be run faithfully: a kernel sees only x, not 0.1 or 20;
-    # a kernel that hard-codes them would pass here and be wrong for every other Threshold.
-    reproduce(
-        "a kernel that needs threshold/value on the attribute-less node",
-        lambda: run_ort(out / "failures/threshold_no_attributes.onnx", {"input": x.numpy()}, custom_ops=True),
-        "Unable to find attribute 'threshold'",
-    )
-    # The float-list model fails too: the kernel asks for threshold and value. A Python kernel
-    # cannot ask for `param` instead, since onnxruntime-extensions reads only scalar int, float and
-    # string attributes (PyCustomOpDef has no list type). A C++ kernel could; this test double cannot.
-    reproduce(
-        "the Python kernel on the float-list attribute",
-        lambda: run_ort(out / "failures/threshold_float_list.onnx", {"input": x.numpy()}, custom_ops=True),
-        "Unable to find attribute 'threshold'",
-    )
-    # What the float-list node means is still checked: the ONNX reference evaluator reads FLOATS.
-    run_float_list_with_reference_evaluator(out / "failures/threshold_float_list.onnx", model, x)
-
-    # Why setType: it removes the warning and gives the graph output its shape.
-    register_custom_op_symbolic("aten::threshold", threshold_typed, 12)
-    stderr = []
-    with captured_stderr(stderr):
+    with native_output() as warned:
+        register_custom_op_symbolic("aten::threshold", threshold_typed, 12)
         torch.onnx.export(
-            model, (x,), out / "threshold_custom.onnx", dynamo=False, opset_version=12, custom_opsets={"rknn_cst": 1}
+            model, (x,), "threshold_custom.onnx", dynamo=False, opset_version=12, custom_opsets={"rknn_cst": 1}
         )
-    exported = check_and_show(out / "threshold_custom.onnx")
-    assert "shape inference" not in stderr[0], stderr[0]
-    assert output_dims(exported) == [1, 3, 10, 10], output_dims(exported)
-    print(f"  with setType: no warning, output dims {output_dims(exported)}")
+        output = onnx.load("threshold_custom.onnx").graph.output[0]
+        print(f"  with setType the output is {[d.dim_value for d in output.type.tensor_type.shape.dim]}")
+    # Why setType: it removes the warning and gives the graph output its shape.
+    assert "shape inference" not in warned[0], warned[0]
+    assert output_dims(show("threshold_custom.onnx")) == [1, 3, 10, 10]
+    print("  with setType the exporter printed no shape-inference warning")
 
-    for filename in ["threshold_untyped.onnx", "threshold_custom.onnx"]:
-        (actual,) = run_ort(out / filename, {"input": x.numpy()}, custom_ops=True)
-        compare(actual, model(x), rtol=0, atol=0)  # a selection, no arithmetic: exact
+    (actual,) = ReferenceEvaluator("failures/threshold_float_list.onnx", new_ops=[cstThreshold]).run(
+        None, {"input": x.numpy()}
+    )
+    np.testing.assert_array_equal(actual, model(x).numpy())  # a selection, no arithmetic: exact
+    print("  failures/threshold_float_list.onnx matches PyTorch in onnx.reference (ONNX Runtime cannot run it)")
 
+    # ONNX Runtime has no kernel for rknn_cst::cstThreshold; your runtime would bring one. Here a Python
+    # function stands in for it, registered with onnxruntime-extensions (only if it is installed).
+    if onnx_op is not None:
 
-def run_float_list_with_reference_evaluator(path: pathlib.Path, model: torch.nn.Module, x: torch.Tensor) -> None:
-    from onnx.reference import ReferenceEvaluator
-    from onnx.reference.op_run import OpRun
+        @onnx_op(
+            op_type="rknn_cst::cstThreshold",
+            inputs=[PyCustomOpDef.dt_float],
+            outputs=[PyCustomOpDef.dt_float],
+            attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
+        )
+        def cst_threshold(x, threshold, value):
+            return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
 
-    class cstThreshold(OpRun):  # noqa: N801 - the class name is the ONNX op_type
-        op_domain = "rknn_cst"
-
-        def _run(self, x, param=None):
-            threshold, value = param
-            return (np.where(x > np.float32(threshold), x, np.float32(value)).astype(x.dtype),)
-
-    (actual,) = ReferenceEvaluator(str(path), new_ops=[cstThreshold]).run(None, {"input": x.numpy()})
-    np.testing.assert_allclose(actual, model(x).numpy(), rtol=0, atol=0)
-    print("  the float-list model matches PyTorch in onnx.reference.ReferenceEvaluator (not ORT)")
+    if onnx_op is not None:
+        custom_ops = ort.SessionOptions()
+        custom_ops.register_custom_ops_library(get_library_path())  # runs the kernels declared with @onnx_op
+        for path in ["threshold_untyped.onnx", "threshold_custom.onnx"]:
+            (actual,) = run_ort(path, {"input": x.numpy()}, custom_ops)
+            compare(path, actual, model(x), rtol=0, atol=0)  # a selection, no arithmetic: exact
+        with expect_error("Unable to find attribute 'threshold'"):  # Style A: 0.1 and 20 are not in the file
+            run_ort("failures/threshold_no_attributes.onnx", {"input": x.numpy()}, custom_ops)
+        with expect_error("Unable to find attribute 'threshold'"):  # Style C: this kernel cannot read a list
+            run_ort("failures/threshold_float_list.onnx", {"input": x.numpy()}, custom_ops)
+    if onnx_op is None:
+        raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,15 +213,20 @@ def threshold_standard_ops(g, x, threshold, value):
     return g.op("Where", g.op("Greater", x, threshold_c), x, value_c)
 
 
-def step2_standard_ops(out: pathlib.Path) -> None:
+def step2_standard_ops():
     print("\n== 2. Threshold with standard ops only (dynamo=False) ==")
-    model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
     # Why: a model of standard ops runs on any ONNX runtime, with no kernel to ship.
-    register_custom_op_symbolic("aten::threshold", threshold_standard_ops, 12)
-    torch.onnx.export(model, (x,), out / "threshold_standard.onnx", dynamo=False, opset_version=12)
-    check_and_show(out / "threshold_standard.onnx")
-    (actual,) = run_ort(out / "threshold_standard.onnx", {"input": x.numpy()})
-    compare(actual, model(x), rtol=0, atol=0)
+    register_custom_op_symbolic("aten::threshold", threshold_standard_ops, 12)  # replaces step 1's
+    model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
+    torch.onnx.export(model, (x,), "threshold_standard.onnx", dynamo=False, opset_version=12)
+    assert [n.op_type for n in show("threshold_standard.onnx").graph.node] == [
+        "Constant",
+        "Greater",
+        "Constant",
+        "Where",
+    ]
+    (actual,) = run_ort("threshold_standard.onnx", {"input": x.numpy()})
+    compare("threshold_standard.onnx", actual, model(x), rtol=0, atol=0)  # a selection: exact
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,23 +247,25 @@ def elu_from_primitives(g, x, alpha, scale, input_scale):
     return g.op("Mul", chosen, const(scale))
 
 
-def step3_override_builtin(out: pathlib.Path) -> None:
+def step3_override_builtin():
     print("\n== 3. Override a built-in rule: aten::elu (dynamo=False) ==")
-    model, x = EluModel().eval(), torch.randn(2, 3, 8)
-    torch.onnx.export(model, (x,), out / "elu_builtin.onnx", dynamo=False, opset_version=12)
-    builtin = check_and_show(out / "elu_builtin.onnx")
-    assert [n.op_type for n in builtin.graph.node] == ["Elu"]
     # Why register instead of editing torch/onnx/symbolic_opset9.py: an edit is lost on every
     # upgrade and changes every model in the environment; a registration is yours and reversible.
+    model, x = torch.nn.ELU(alpha=0.5).eval(), torch.randn(2, 3, 8)
+    torch.onnx.export(model, (x,), "elu_builtin.onnx", dynamo=False, opset_version=12)
     register_custom_op_symbolic("aten::elu", elu_from_primitives, 12)
-    torch.onnx.export(model, (x,), out / "elu_override.onnx", dynamo=False, opset_version=12)
-    override = check_and_show(out / "elu_override.onnx")
-    op_types = {n.op_type for n in override.graph.node}
-    assert "Elu" not in op_types and {"Exp", "Where"} <= op_types, op_types
-    print(f"  the override was used: {sorted(op_types)}, no Elu")
-    (actual,) = run_ort(out / "elu_override.onnx", {"input": x.numpy()})
-    compare(actual, model(x), rtol=1e-5, atol=1e-6)  # exp in two libraries: last-bit differences
+    torch.onnx.export(model, (x,), "elu_override.onnx", dynamo=False, opset_version=12)
     unregister_custom_op_symbolic("aten::elu", 12)  # back to the built-in rule
+    assert [n.op_type for n in show("elu_builtin.onnx").graph.node] == ["Elu"]
+    show("elu_override.onnx")
+
+    ops = sorted({node.op_type for node in onnx.load("elu_override.onnx").graph.node})
+    assert "Elu" not in ops
+    print(f"  the override was used: {ops}, no Elu")
+    for path in ["elu_builtin.onnx", "elu_override.onnx"]:
+        (actual,) = run_ort(path, {"input": x.numpy()})
+        compare(path, actual, model(x), rtol=1e-5, atol=1e-6)  # exp in two libraries: last-bit differences
+    assert {"Exp", "Where"} <= set(ops), ops
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,72 +273,94 @@ def step3_override_builtin(out: pathlib.Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+class AsinhModel(torch.nn.Module):
+    def forward(self, x):
+        return torch.asinh(x)
+
+
 def asinh_symbolic(g, x):
     return g.op("Asinh", x)  # ONNX has had Asinh since opset 9; the TorchScript exporter never mapped it
 
 
-def step4_asinh(out: pathlib.Path) -> None:
+def step4_asinh():
     print("\n== 4. aten::asinh at opset 9 (dynamo=False) ==")
-    model, x = AsinhModel().eval(), torch.randn(2, 3) * 4
     # Why two opsets: the TorchScript exporter has no asinh rule at any opset, not only at 9.
-    for opset in (9, 17):
-        reproduce(
-            f"asinh at opset {opset}",
-            lambda o=opset: torch.onnx.export(model, (x,), out / "failures/asinh.onnx", dynamo=False, opset_version=o),
-            f"Exporting the operator 'aten::asinh' to ONNX opset version {opset} is not supported",
-        )
-    # Registered at opset 9, the symbolic serves every opset from 9 up.
+    with native_output("Torch IR graph at exception"):
+        model, x = AsinhModel().eval(), torch.randn(2, 3) * 4
+        for opset in (9, 17):
+            with expect_error(f"Exporting the operator 'aten::asinh' to ONNX opset version {opset} is not supported"):
+                torch.onnx.export(model, (x,), "failures/asinh.onnx", dynamo=False, opset_version=opset)
+
     register_custom_op_symbolic("aten::asinh", asinh_symbolic, 9)
-    for opset in (9, 17):
-        path = out / f"asinh_opset{opset}.onnx"
-        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=opset)
-        check_and_show(path)
-        (actual,) = run_ort(path, input_feeds(path, (x,)))
-        compare(actual, model(x), rtol=1e-5, atol=1e-6)  # two asinh implementations: last-bit differences
+
+    for opset, path in [(9, "asinh_opset9.onnx"), (17, "asinh_opset17.onnx")]:
+        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=opset, input_names=["x"])
+        (actual,) = run_ort(path, {"x": x.numpy()})
+        compare(path, actual, model(x), rtol=1e-5, atol=1e-6)  # two asinh implementations: last-bit differences
+    # Registered at opset 9, the symbolic served opset 17 too.
+    for path, opset in [("asinh_opset9.onnx", 9), ("asinh_opset17.onnx", 17)]:
+        exported = show(path)
+        assert [n.op_type for n in exported.graph.node] == ["Asinh"] and opsets_of(exported) == {"": opset}
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. When you register nothing: operator_export_type
+# 5. torchvision::deform_conv2d with nothing registered
 # ---------------------------------------------------------------------------------------------
 
 
-def step5_operator_export_type(out: pathlib.Path) -> None:
+class DeformConvModel(torch.nn.Module):
+    def forward(self, x, offset, weight, bias, mask):
+        return torchvision.ops.deform_conv2d(x, offset, weight, bias, stride=2, padding=1, mask=mask)
+
+
+def deform_conv_inputs():
+    """x, offset, weight, bias, mask: 2 images of 4 channels, 9x9, into 6 channels with a 3x3 kernel."""
+    n, c_in, c_out, size, k = 2, 4, 6, 9, 3
+    out_size = (size + 2 * 1 - k) // 2 + 1  # stride 2, padding 1
+    x = torch.randn(n, c_in, size, size)
+    offset = torch.randn(n, 2 * k * k, out_size, out_size)  # a (dy, dx) per kernel tap and output pixel
+    weight = torch.randn(c_out, c_in, k, k)
+    bias = torch.randn(c_out)
+    mask = torch.rand(n, k * k, out_size, out_size)  # a weight in [0, 1) per kernel tap and output pixel
+    return x, offset, weight, bias, mask
+
+
+def step5_operator_export_type():
     print("\n== 5. torchvision::deform_conv2d with nothing registered (dynamo=False) ==")
-    model, inputs = DeformConvModel().eval(), deform_conv_inputs()
-    names = ["x", "offset", "weight", "bias", "mask"]
-    reproduce(
-        "no symbolic for torchvision::deform_conv2d",
-        lambda: torch.onnx.export(
-            model, inputs, out / "failures" / "deform_conv2d.onnx", dynamo=False, opset_version=19
-        ),
-        "unrecognized namespace torchvision::deform_conv2d",
-    )
+    with native_output("Torch IR graph at exception"):
+        model, inputs = DeformConvModel().eval(), deform_conv_inputs()
+        names = ["x", "offset", "weight", "bias", "mask"]
+        with expect_error("unrecognized namespace torchvision::deform_conv2d"):
+            torch.onnx.export(model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19)
+
     # Why show them: both "succeed", but each only moves the failure from export to the runtime.
-    for mode, expected_error in [
-        (torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH, "torchvision:deform_conv2d(-1) is not a registered"),
-        (torch.onnx.OperatorExportTypes.ONNX_ATEN_FALLBACK, "org.pytorch.aten:ATen(-1) is not a registered"),
+    for mode, path in [
+        (torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH, "failures/deform_conv2d_onnx_fallthrough.onnx"),
+        (torch.onnx.OperatorExportTypes.ONNX_ATEN_FALLBACK, "failures/deform_conv2d_onnx_aten_fallback.onnx"),
     ]:
-        path = out / "failures" / f"deform_conv2d_{mode.name.lower()}.onnx"
-        print(f"\n-- operator_export_type={mode.name}")
         torch.onnx.export(
             model, inputs, path, dynamo=False, opset_version=19, input_names=names, operator_export_type=mode
         )
-        exported = check_and_show(path)
-        print(f"  nodes: {[(n.domain, n.op_type) for n in exported.graph.node if n.op_type != 'Constant']}")
-        reproduce(f"ORT on the {mode.name} model", lambda p=path: run_ort(p, input_feeds(p, inputs)), expected_error)
+    for path, node in [
+        ("failures/deform_conv2d_onnx_fallthrough.onnx", "torchvision.deform_conv2d"),
+        ("failures/deform_conv2d_onnx_aten_fallback.onnx", "org.pytorch.aten.ATen"),
+    ]:
+        exported = show(path)
+        assert [f"{n.domain}.{n.op_type}" for n in exported.graph.node if n.op_type != "Constant"] == [node]
+
+    feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
+    with expect_error("torchvision:deform_conv2d(-1) is not a registered function/op"):
+        run_ort("failures/deform_conv2d_onnx_fallthrough.onnx", feeds)
+    with expect_error("org.pytorch.aten:ATen(-1) is not a registered function/op"):
+        run_ort("failures/deform_conv2d_onnx_aten_fallback.onnx", feeds)
 
 
 # ---------------------------------------------------------------------------------------------
-# 6. torchvision::deform_conv2d: the real fix
+# 6. torchvision::deform_conv2d: a symbolic
 # ---------------------------------------------------------------------------------------------
 
-# torchvision's C++ schema, which the symbolic must follow (not the Python signature):
-# deform_conv2d(Tensor input, Tensor weight, Tensor offset, Tensor mask, Tensor bias,
-#               int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w,
-#               int groups, int offset_groups, bool use_mask) -> Tensor
 
-
-# The source's placeholder: a made-up op that keeps three of the five tensors.
+# A placeholder like MMDeploy's: a made-up op that keeps some of the tensors (here three of five).
 @parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "none")
 def deform_conv2d_placeholder(g, x, weight, offset, mask, bias, *unused):
     return g.op("custom::deform_conv2d", x, weight, offset)
@@ -462,32 +383,35 @@ def deform_conv2d_symbolic(
     )
 
 
-def step6_deform_conv2d(out: pathlib.Path) -> None:
+def step6_deform_conv2d():
     print("\n== 6. torchvision::deform_conv2d: a symbolic (dynamo=False) ==")
-    model, inputs = DeformConvModel().eval(), deform_conv_inputs()
-    names = ["x", "offset", "weight", "bias", "mask"]
     # Why show the placeholder: it exports, which looks like success, but it drops mask and bias
-    # and names an op no runtime has.
-    register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_placeholder, 19)
-    placeholder = out / "failures" / "deform_conv2d_placeholder.onnx"
-    torch.onnx.export(model, inputs, placeholder, dynamo=False, opset_version=19, input_names=names)
-    kept = [i.name for i in check_and_show(placeholder).graph.input]
+    # and names an op no runtime has. The exporter warns from C++ that it has no shape for it.
+    with native_output("The shape inference of custom::deform_conv2d type is missing"):
+        model, inputs = DeformConvModel().eval(), deform_conv_inputs()
+        names = ["x", "offset", "weight", "bias", "mask"]
+        feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
+        register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_placeholder, 19)
+        torch.onnx.export(
+            model, inputs, "failures/deform_conv2d_placeholder.onnx", dynamo=False, opset_version=19, input_names=names
+        )
+        kept = [i.name for i in onnx.load("failures/deform_conv2d_placeholder.onnx").graph.input]
+        print(f"  the placeholder model's inputs are {kept}: bias and mask are gone")
+        with expect_error("custom:deform_conv2d(-1) is not a registered function/op"):
+            run_ort("failures/deform_conv2d_placeholder.onnx", {name: feeds[name] for name in kept})
     assert kept == ["x", "offset", "weight"], kept
-    print(f"  the placeholder model's inputs are {kept}: bias and mask are gone")
-    feeds = {name: t.numpy() for name, t in zip(names, inputs, strict=True) if name in kept}
-    reproduce(
-        "ORT on the placeholder op",
-        lambda: run_ort(placeholder, feeds),
-        "custom:deform_conv2d(-1) is not a registered function/op",
-    )
+    show("failures/deform_conv2d_placeholder.onnx")
 
+    # Re-registering replaces the placeholder. (Do not unregister instead: see the README.)
     register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
-    path = out / "deform_conv2d.onnx"
-    torch.onnx.export(model, inputs, path, dynamo=False, opset_version=19, input_names=names)
-    check_and_show(path)
-    (actual,) = run_ort(path, input_feeds(path, inputs))
-    # Float32 sums of bilinear samples: allow last-bit differences in summation order.
-    compare(actual, model(*inputs), rtol=1e-5, atol=1e-5)
+    torch.onnx.export(model, inputs, "deform_conv2d.onnx", dynamo=False, opset_version=19, input_names=names)
+    (node,) = show("deform_conv2d.onnx").graph.node
+    assert list(node.input) == ["x", "weight", "offset", "bias", "mask"], node.input  # ONNX's order
+
+    expected = model(*inputs)
+    (actual,) = run_ort("deform_conv2d.onnx", feeds)
+    # Two float32 sums over C_in*k*k taps, perhaps in another order: allow 1e-5 of the largest output.
+    compare("deform_conv2d.onnx", actual, expected, rtol=0, atol=round(1e-5 * float(expected.abs().max()), 6))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,9 +419,82 @@ def step6_deform_conv2d(out: pathlib.Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def register_threshold_schema() -> None:
-    # Why: onnxscript looks the op up in ONNX's schema registry; without this the translation fails
-    # with "No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'".
+rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
+
+
+def threshold_translation(x, threshold: float, value: float):
+    return rknn_cst.cstThreshold(x, threshold=threshold, value=value)
+
+
+def step7_dynamo():
+    print("\n== 7. The torch.export-based exporter (dynamo=True) ==")
+    print("  (this step exports 5 models with dynamo=True: torch.export traces each, a few seconds apiece)")
+    # Why first: this is Rockchip's export call as written, and since torch 2.9 it means dynamo=True.
+    # The export logs, among progress lines, a 14-line traceback from onnxscript's version converter:
+    # capture it, check what the lesson relies on (it could not reach opset 12), and drop the rest.
+    print("  Rockchip's call, as written: torch.onnx.export(model, (x,), path, opset_version=12)")
+    noise: list[str] = []
+    with captured(noise):
+        register_custom_op_symbolic("aten::threshold", threshold_typed, 12)  # step 1's cstThreshold symbolic
+        model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
+        torch.onnx.export(model, (x,), "threshold_source_as_written.onnx", opset_version=12)
+    for logged in [
+        "Setting ONNX exporter to use operator set version 18 because the requested opset_version 12",
+        "Failed to convert the model to the target version 12 using the ONNX C API. The model was not modified",
+        "No Adapter From Version $13 for Cast",
+    ]:
+        assert logged in noise[0], f"the export no longer logs {logged!r}:\n{noise[0]}"
+    if VERBOSE:
+        print(textwrap.indent(noise[0].rstrip(), "    | "))
+    print("  the exporter logged: 'Setting ONNX exporter to use operator set version 18 because ...'")
+    print("  the version converter logged: 'Failed to convert the model to the target version 12 ...'")
+    print("    (its traceback ends in 'No Adapter From Version $13 for Cast'), and the export went on")
+
+    exported = onnx.load("threshold_source_as_written.onnx")
+    ops, opset = [n.op_type for n in exported.graph.node], {o.domain: o.version for o in exported.opset_import}[""]
+    print(f"  SILENTLY IGNORED: the symbolic was not used; ops {ops}, opset {opset} instead of 12")
+    (actual,) = run_ort("threshold_source_as_written.onnx", {"x": x.numpy()})
+    compare("threshold_source_as_written.onnx", actual, model(x), rtol=0, atol=0)
+    assert "cstThreshold" not in ops and opset == 18, (ops, opset)
+    show("threshold_source_as_written.onnx")
+
+    # Why: the three ops that failed above export here with nothing registered. aten::threshold still
+    # has threshold_typed registered (above), and torchvision::deform_conv2d step 6's symbolic.
+    x, deform_inputs = torch.randn(1, 3, 10, 10), deform_conv_inputs()
+    # external_data=False: each model in one file (by default, an empty NAME.onnx.data comes too)
+    for model, inputs, path in [
+        (ThresholdModel().eval(), (x,), "threshold_dynamo.onnx"),
+        (AsinhModel().eval(), (x * 4,), "asinh_dynamo.onnx"),
+        (DeformConvModel().eval(), deform_inputs, "deform_conv2d_dynamo.onnx"),
+    ]:
+        torch.onnx.export(model, inputs, path, dynamo=True, verbose=False, external_data=False)
+    for path, ops in [
+        ("threshold_dynamo.onnx", ["LessOrEqual", "Where"]),
+        ("asinh_dynamo.onnx", ["Asinh"]),
+        ("deform_conv2d_dynamo.onnx", ["DeformConv"]),
+    ]:
+        exported = show(path)
+        assert [n.op_type for n in exported.graph.node] == ops and all(n.domain == "" for n in exported.graph.node)
+    print("  register_custom_op_symbolic had no effect under dynamo=True: no cstThreshold node")
+
+    (actual,) = run_ort("threshold_dynamo.onnx", {"x": x.numpy()})
+    compare("threshold_dynamo.onnx", actual, ThresholdModel()(x), rtol=0, atol=0)
+    (actual,) = run_ort("asinh_dynamo.onnx", {"x": (x * 4).numpy()})
+    compare("asinh_dynamo.onnx", actual, AsinhModel()(x * 4), rtol=1e-5, atol=1e-6)
+    feeds = {
+        name: tensor.numpy()
+        for name, tensor in zip(["x", "offset", "weight", "bias", "mask"], deform_inputs, strict=True)
+    }
+    expected = DeformConvModel()(*deform_inputs)
+    (actual,) = run_ort("deform_conv2d_dynamo.onnx", feeds)
+    compare("deform_conv2d_dynamo.onnx", actual, expected, rtol=0, atol=round(1e-5 * float(expected.abs().max()), 6))
+
+    # Why: to keep the custom node, the new exporter takes a translation per torch op instead.
+    model = ThresholdModel().eval()
+    table = {torch.ops.aten.threshold.default: threshold_translation}
+    with expect_error("No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'"):
+        torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
+
     schema = onnx.defs.OpSchema(
         "cstThreshold",
         "rknn_cst",
@@ -510,109 +507,268 @@ def register_threshold_schema() -> None:
             onnx.defs.OpSchema.Attribute("value", onnx.defs.OpSchema.AttrType.FLOAT, "written elsewhere"),
         ],
     )
-    onnx.defs.register_schema(schema)
+    onnx.defs.register_schema(schema)  # once per process: a second registration of the same op fails
 
-
-rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
-
-
-def threshold_translation(x, threshold: float, value: float):
-    return rknn_cst.cstThreshold(x, threshold=threshold, value=value)
-
-
-def step7_dynamo(out: pathlib.Path) -> None:
-    print("\n== 7. The torch.export-based exporter (dynamo=True) ==")
-    x = torch.randn(1, 3, 10, 10)
-
-    # Why first: this is the source's export call as written, and since torch 2.9 it means dynamo=True.
-    # threshold_typed is still registered from step 1, yet no cstThreshold node appears, nothing warns
-    # about it, and opset 12 cannot be reached (expect a logged traceback from the version converter).
-    print("\n-- the source's call, as written: torch.onnx.export(m, (x,), path, opset_version=12)")
-    model = ThresholdModel().eval()
-    path = out / "threshold_source_as_written.onnx"
-    torch.onnx.export(model, (x,), path, opset_version=12)
-    exported = check_and_show(path)
-    ops, opset = [n.op_type for n in exported.graph.node], opsets_of(exported)[""]
-    assert "cstThreshold" not in ops and opset != 12, (ops, opset)
-    print(f"  SILENTLY IGNORED: the symbolic was not used; ops {ops}, opset {opset} instead of 12")
-    (actual,) = run_ort(path, input_feeds(path, (x,)))
-    compare(actual, model(x), rtol=0, atol=0)
-    deform_inputs = deform_conv_inputs()
-    # Why: the three ops that failed above export here with nothing registered.
-    for name, model, inputs, rtol, atol in [
-        ("threshold", ThresholdModel(), (x,), 0, 0),
-        ("asinh", AsinhModel(), (x * 4,), 1e-5, 1e-6),
-        ("deform_conv2d", DeformConvModel(), deform_inputs, 1e-5, 1e-5),  # as in step 6
-    ]:
-        print(f"\n-- {name}")
-        path = out / f"{name}_dynamo.onnx"
-        # aten::threshold still has threshold_typed registered from step 1: dynamo=True ignores it.
-        torch.onnx.export(model.eval(), inputs, dynamo=True, verbose=False).save(path)
-        exported = check_and_show(path)
-        print(f"  ops: {[n.op_type for n in exported.graph.node]}, opset {opsets_of(exported)['']}")
-        (actual,) = run_ort(path, input_feeds(path, inputs))
-        compare(actual, model(*inputs), rtol=rtol, atol=atol)
-    threshold_ops = [n.op_type for n in onnx.load(str(out / "threshold_dynamo.onnx")).graph.node]
-    assert "cstThreshold" not in threshold_ops, threshold_ops
-    print("\n  register_custom_op_symbolic had no effect under dynamo=True: no cstThreshold node")
-
-    # Why: to keep the custom node, the new exporter takes a translation per torch op instead.
-    print("\n-- threshold -> rknn_cst::cstThreshold with custom_translation_table")
-    model = ThresholdModel().eval()
-    table = {torch.ops.aten.threshold.default: threshold_translation}
-    reproduce(
-        "the translation before the schema is registered",
-        lambda: torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table),
-        "No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'",
-    )
-    register_threshold_schema()
-    onnx_program = torch.onnx.export(
+    torch.onnx.export(
         model,
         (x,),
+        "threshold_custom_dynamo.onnx",
         dynamo=True,
         verbose=False,
-        custom_translation_table={torch.ops.aten.threshold.default: threshold_translation},
+        external_data=False,
+        custom_translation_table=table,
     )
-    path = out / "threshold_custom_dynamo.onnx"
-    onnx_program.save(path)
-    check_and_show(path)
-    (actual,) = run_ort(path, input_feeds(path, (x,)), custom_ops=True)
-    compare(actual, model(x), rtol=0, atol=0)
+    (node,) = onnx.load("threshold_custom_dynamo.onnx").graph.node
+    attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
+    print(f"  threshold_custom_dynamo.onnx: one {node.domain}.{node.op_type} node, attributes {attributes}")
+    if onnx_op is not None:  # the Python kernel that step 1 registered with @onnx_op runs this node too
+        custom_ops = ort.SessionOptions()
+        custom_ops.register_custom_ops_library(get_library_path())
+        (actual,) = run_ort("threshold_custom_dynamo.onnx", {"x": x.numpy()}, custom_ops)
+        compare("threshold_custom_dynamo.onnx", actual, model(x), rtol=0, atol=0)
+    exported = show("threshold_custom_dynamo.onnx")
+    assert opsets_of(exported).get("rknn_cst") == 1, opsets_of(exported)
+    if onnx_op is None:
+        raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
 
 
-# ---------------------------------------------------------------------------------------------
+HERE = pathlib.Path(__file__).resolve().parent
+SKIP = 77  # exit status for "cannot run here", as in automake
+VERBOSE = False  # -v: print every exported graph in full
+
+# Every model this example writes, relative to --out: the ones it keeps (each checked and run against
+# PyTorch) and the failure demonstrations. main() removes them before a run and refuses to claim PASS
+# while --out holds any other .onnx file.
+KEPT = (
+    "threshold_untyped.onnx",
+    "threshold_custom.onnx",
+    "threshold_standard.onnx",
+    "elu_builtin.onnx",
+    "elu_override.onnx",
+    "asinh_opset9.onnx",
+    "asinh_opset17.onnx",
+    "deform_conv2d.onnx",
+    "threshold_source_as_written.onnx",
+    "threshold_dynamo.onnx",
+    "asinh_dynamo.onnx",
+    "deform_conv2d_dynamo.onnx",
+    "threshold_custom_dynamo.onnx",
+)
+FAILURES = (
+    "failures/threshold_no_attributes.onnx",
+    "failures/threshold_float_list.onnx",
+    "failures/deform_conv2d_onnx_fallthrough.onnx",
+    "failures/deform_conv2d_onnx_aten_fallback.onnx",
+    "failures/deform_conv2d_placeholder.onnx",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=HERE / "output", help="where models are written")
-    args = parser.parse_args(argv)
-    if TORCHSCRIPT_EXPORTER_MISSING:
-        print(f"SKIP: this torch has no TorchScript-based ONNX exporter ({TORCHSCRIPT_EXPORTER_MISSING})")
-        return SKIP
+    args = parse_command_line(argv)
     out = args.out.resolve()
-    (out / "failures").mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    # ORT logs each failed session to stderr before raising; the exceptions are printed anyway.
-    ort.set_default_logger_severity(4)
-    # Each dynamo=False export and registration warns that the TorchScript exporter is deprecated.
-    # That is known and stated in the README; keep the output readable.
+    problem = prepare_out(out, KEPT + FAILURES)
+    if problem:
+        print(f"FAIL: cannot write models under {out}: {problem}")
+        return 1
+    # Each dynamo=False export and registration warns that the TorchScript-based exporter is deprecated
+    # (the README says so); ORT logs a failed session to stderr before raising what expect_error prints.
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
     warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
-    warnings.filterwarnings("ignore", message="The feature will be removed.*")
+    ort.set_default_logger_severity(4)
+    skipped: list[str] = []
+    home = os.getcwd()
+    os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
-        step1_custom_domain_node(out)
-        step2_standard_ops(out)
-        step3_override_builtin(out)
-        step4_asinh(out)
-        step5_operator_export_type(out)
-        step6_deform_conv2d(out)
-        step7_dynamo(out)
+        torch.manual_seed(0)
+        steps = [
+            step1_custom_domain_node,
+            step2_standard_ops,
+            step3_override_builtin,
+            step4_asinh,
+            step5_operator_export_type,
+            step6_deform_conv2d,  # registers torchvision::deform_conv2d; nothing unregisters it
+            step7_dynamo,
+        ]
+        for number, step in enumerate(steps, start=1):
+            try:
+                step()
+            except Skip as reason:  # this step cannot run here; the others still can
+                print(f"SKIP step {number}: {reason}")
+                skipped.append(f"step {number}: {reason}")
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
+    except OSError as exc:
+        print(f"\nFAIL: cannot write models under {out}: {exc}")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
+        print(f"\nFAIL: unexpected {type(exc).__name__}: {first_line(exc)}")
+        if VERBOSE:
+            traceback.print_exc(file=sys.stdout)
+        return 1
+    finally:
+        os.chdir(home)
+    foreign = foreign_models(out, KEPT + FAILURES)
+    if foreign:
+        print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
+        return 1
+    if skipped:
+        print(f"\nSKIP: {'; '.join(skipped)}")
+        return SKIP
+    missing = [name for name in KEPT if not (out / name).is_file()]
+    if missing:
+        print(f"\nFAIL: these models were not written: {', '.join(missing)}")
+        return 1
     print(f"\nPASS: every model in {out} checked and matched PyTorch in ONNX Runtime")
     return 0
+
+
+# =============================================================================================
+# Helpers: safe to skip on a first read. The command line, the output folder, and the checks that
+# run around the lesson's code: the ONNX checker, ONNX Runtime against PyTorch, captured output.
+# =============================================================================================
+
+
+class Skip(Exception):
+    """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
+    global VERBOSE
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out",
+        type=non_empty_path,
+        default=HERE / "output",
+        metavar="DIR",
+        help="write the models under DIR, failure demonstrations under DIR/failures (default: output/ here)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every exported graph in full")
+    args = parser.parse_args(argv)
+    VERBOSE = args.verbose
+    return args
+
+
+def non_empty_path(text: str) -> pathlib.Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty (it would write into the current directory)")
+    return pathlib.Path(text)
+
+
+def prepare_out(out: pathlib.Path, owned: tuple[str, ...]) -> str:
+    """Make DIR and DIR/failures and remove this example's models of an earlier run: '' or why it cannot."""
+    if out.exists() and not out.is_dir():
+        return "it exists and is not a directory"
+    try:
+        (out / "failures").mkdir(parents=True, exist_ok=True)
+        for name in owned:
+            (out / name).unlink(missing_ok=True)
+        for folder in (out, out / "failures"):
+            with tempfile.TemporaryFile(dir=folder):
+                pass  # can we write there?
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return ""
+
+
+def foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
+    """The .onnx files in DIR and DIR/failures that this example did not write (it never deletes them)."""
+    found = [*out.glob("*.onnx"), *(out / "failures").glob("*.onnx")]
+    return sorted(p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned)
+
+
+def show(path: str | os.PathLike) -> onnx.ModelProto:
+    """The full ONNX checker, then one line: ops in order, opset imports, outputs (the whole graph with -v)."""
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    outputs = ", ".join(f"{o.name}: {type_text(o.type)}" for o in model.graph.output)
+    print(f"  {pathlib.PurePath(path).as_posix()}: {' '.join(ops)} | opsets {opsets} | {outputs}")
+    if VERBOSE:
+        print(textwrap.indent(onnx.printer.to_text(model.graph), "    "))
+    return model
+
+
+def type_text(value_type: onnx.TypeProto) -> str:
+    tensor = value_type.tensor_type
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+    return f"{onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)}[{','.join(dims)}]"
+
+
+def run_ort(path, feeds: dict[str, np.ndarray], options: ort.SessionOptions | None = None) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), options or ort.SessionOptions(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def compare(name: str, actual: np.ndarray, expected, rtol: float, atol: float) -> None:
+    """assert_allclose, then one line that names the model (and output) and the largest difference."""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected))) if expected.size else 0.0
+    print(f"  {name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+
+
+@contextlib.contextmanager
+def captured(sink: list[str]):
+    """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
+    compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
+
+
+@contextlib.contextmanager
+def native_output(*expected: str):
+    """captured(), but what the README's code prints from Python still reaches the reader. Only what C++ code
+    and loggers write to the descriptors is held back: the TorchScript exporter prints 'Torch IR graph at
+    exception:' and the whole TorchScript graph before a failing export raises (its logging is always on
+    during an export, on torch 2.14.1), and its shape-inference warnings. Yields the captured text (sink[0]),
+    after checking that it holds each `expected` text; shown with -v."""
+    sys.stdout.flush()
+    python_stdout, sink = sys.stdout, []
+    encoding = python_stdout.encoding or "utf-8"
+    with open(os.dup(1), "w", encoding=encoding, errors="replace", buffering=1) as passthrough:
+        with captured(sink):
+            sys.stdout = passthrough  # print() still reaches the reader; C++ writes to fd 1 do not
+            try:
+                yield sink
+            finally:
+                sys.stdout = python_stdout
+    missing = [text for text in expected if text not in sink[0]]
+    assert not missing, f"expected the libraries to print {missing}; they printed:\n{sink[0]}"
+    if VERBOSE and sink[0].strip():
+        print(textwrap.indent(sink[0].rstrip(), "    | "))
+
+
+def output_dims(model: onnx.ModelProto) -> list[int | str]:
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+
+
+def opsets_of(model: onnx.ModelProto) -> dict[str, int]:
+    return {o.domain: o.version for o in model.opset_import}
 
 
 if __name__ == "__main__":

@@ -1,11 +1,25 @@
-"""Every example runs green and keeps the repository's house rules."""
+"""Every example runs green and keeps the repository's house rules; every README runs as pasted."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, page_script, python_blocks
+
+STEP_HEADER = re.compile(r"^== (\d+)\. .* ==$", re.M)
+README_STEP = re.compile(r"^## (\d+)\. ", re.M)
+ANSI = re.compile(r"\x1b\[")
+
+
+def readme(name: str) -> str:
+    return (ROOT / name / "README.md").read_text(encoding="utf-8")
+
+
+def first_code_line(block: str) -> str:
+    lines = [line for line in block.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return lines[0].strip()[:60] if lines else block.strip()[:60]
 
 
 def test_examples_are_found():
@@ -24,25 +38,89 @@ def test_example_folder_has_readme_and_test(name):
     assert (ROOT / name / "test.py").is_file()
 
 
-def python_blocks(markdown: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", markdown, re.S)
-
-
-def code_lines(block: str) -> list[str]:
-    return [line for line in block.splitlines() if line.strip() and not line.strip().startswith("#")]
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_readme_blocks_are_in_test_py(name):
+    """A README block is what readers copy: every one, of any length, is code test.py runs (whitespace folded)."""
+    code = " ".join((ROOT / name / "test.py").read_text(encoding="utf-8").split())
+    drifted = [first_code_line(block) for block in python_blocks(readme(name)) if " ".join(block.split()) not in code]
+    assert not drifted, f"{name}/README.md blocks not found word for word in test.py, starting: {drifted}"
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_readme_snippets_are_in_test_py(name):
-    """A README block is what readers copy: it must be the code test.py actually runs (whitespace folded)."""
-    readme = (ROOT / name / "README.md").read_text(encoding="utf-8")
-    code = " ".join((ROOT / name / "test.py").read_text(encoding="utf-8").split())
-    drifted = [
-        code_lines(block)[0].strip()
-        for block in python_blocks(readme)
-        if len(code_lines(block)) >= 3 and " ".join(block.split()) not in code
+def test_readme_blocks_are_whole_top_level_units(name):
+    """No block starts indented, and each parses on its own: a reader can paste it as it is."""
+    problems = []
+    for block in python_blocks(readme(name)):
+        if block[:1] in (" ", "\t"):
+            problems.append(f"starts indented: {first_code_line(block)!r}")
+            continue
+        try:
+            ast.parse(block)
+        except SyntaxError as exc:
+            problems.append(f"does not parse alone ({exc.msg}, line {exc.lineno}): {first_code_line(block)!r}")
+    assert not problems, f"{name}/README.md: " + "; ".join(problems)
+
+
+def is_import(node: ast.stmt) -> bool:
+    """An import, or a try: whose body is only imports (an optional package, with a fallback)."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return True
+    return isinstance(node, ast.Try) and all(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_readme_first_block_is_the_imports(name):
+    blocks = python_blocks(readme(name))
+    assert blocks, f"{name}/README.md has no python block"
+    others = [ast.unparse(node).splitlines()[0] for node in ast.parse(blocks[0]).body if not is_import(node)]
+    assert not others, f"{name}/README.md's first python block should hold only the page's imports; also has {others}"
+
+
+def models_named(script: str) -> list[str]:
+    """The .onnx files a page writes, by the string literals that name them (failures/ aside)."""
+    names = {
+        node.value
+        for node in ast.walk(ast.parse(script))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".onnx")
+    }
+    # "ai.onnx" is ONNX's default domain, not a file
+    return sorted(n for n in names if not n.startswith("failures/") and n not in ("ai.onnx", ".onnx"))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_readme_runs_as_pasted(page_run, name):
+    """Pasted in order into one file in an empty directory, the page's python blocks run and write its models."""
+    result = page_run(name)
+    assert result.returncode == 0, f"{name}/README.md as a script exited {result.returncode}:\n{result.output[-4000:]}"
+    named = models_named(page_script(name))
+    assert named, f"{name}/README.md names no model it writes"
+    missing = [model for model in named if not (result.out / model).is_file()]
+    assert not missing, f"{name}/README.md names models its code did not write: {missing}"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_passing_run_is_quiet(example_run, name):
+    """No traceback but a reproduced error's, no colour codes: what a reader sees is the lesson's evidence."""
+    output = example_run(name).output
+    tracebacks = [
+        line for line in output.splitlines() if "Traceback" in line and not line.lstrip().startswith("reproduced")
     ]
-    assert not drifted, f"{name}/README.md blocks not found word for word in test.py, starting: {drifted}"
+    assert not tracebacks, f"{name} prints a traceback in a passing run: {tracebacks[:3]}"
+    assert not ANSI.search(output), f"{name} prints ANSI escape codes when its output is not a terminal"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_step_headers_match_the_readme(example_run, name):
+    """Each `== N. ... ==` header test.py prints is in the README's expected output, and N runs over its `## N.`."""
+    output = example_run(name).output
+    headers = STEP_HEADER.findall(output)
+    assert headers, f"{name} prints no '== N. Title ==' step header"
+    expected = expected_output(name)
+    missing = [line for line in re.findall(r"^== \d+\. .* ==$", output, re.M) if line not in expected]
+    assert not missing, f"{name}/README.md's expected output lacks the step headers {missing}"
+    assert sorted(set(headers), key=int) == README_STEP.findall(readme(name)), (
+        f"{name}: test.py's step numbers {sorted(set(headers), key=int)} differ from the README's '## N.' sections"
+    )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -55,21 +133,31 @@ def test_example_has_main_guard_and_out_option(name):
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_top_level_readme_has_a_row(name):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"[`{name}/`]({name}/)" in readme, f"README.md's table of examples has no row for {name}/"
+    top = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"[`{name}/`]({name}/)" in top, f"README.md's table of examples has no row for {name}/"
+
+
+def expected_output(name: str) -> str:
+    text = readme(name)
+    assert "## Expected output" in text, f"{name}/README.md has no '## Expected output' section"
+    return text.split("## Expected output", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_readme_expected_output_is_what_test_py_prints(example_run, name):
     """Each line of the README's expected output (split at its "..." elisions) is in the real output."""
-    readme = (ROOT / name / "README.md").read_text(encoding="utf-8")
-    assert "## Expected output" in readme, f"{name}/README.md has no '## Expected output' section"
-    block = readme.split("## Expected output", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     output = example_run(name).output
     missing = [
         fragment.strip()
-        for line in block.splitlines()
+        for line in expected_output(name).splitlines()
         for fragment in line.split("...")
         if fragment.strip() and fragment.strip() not in output
     ]
     assert not missing, f"{name}/README.md expects output that test.py no longer prints: {missing}"
+
+
+def test_no_link_leaves_the_repository():
+    """The source material lives outside the repository: a clone has no shared/, so no page may point there."""
+    pages = [*ROOT.glob("*.md"), *ROOT.glob("*/*.md")]
+    dangling = [str(p.relative_to(ROOT)) for p in pages if "shared/seeds" in p.read_text(encoding="utf-8")]
+    assert not dangling, f"pages that point at shared/seeds, which a clone does not have: {dangling}"

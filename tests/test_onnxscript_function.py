@@ -1,16 +1,37 @@
-"""What onnxscript_function/test.py writes, and a watch on the @onnxscript.script translation bug."""
+"""What onnxscript_function/test.py writes, its tolerances on other inputs, and a watch on the @script bug."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
+import numpy as np
 import onnx
 import onnx_ir
-import onnxscript
+import onnxruntime as ort
 import pytest
 import torch
+from conftest import ROOT
 from onnx import AttributeProto
-from onnxscript.onnx_opset import opset18
 
 NAME = "onnxscript_function"
+
+# The tolerances the README states and test.py uses: see its steps 1, 3 and 4.
+SELU_MODELS = ["selu_function.onnx", "selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"]
+SELU_RTOL, SELU_ATOL = 1e-6, 1e-6
+SEEDS = range(20)
+
+
+def load_example():
+    """The example's own module (it runs nothing at import): its functions, not copies of them."""
+    spec = importlib.util.spec_from_file_location("onnxscript_function_example", ROOT / NAME / "test.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # @onnxscript.script reads the source through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+example = load_example()
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +43,12 @@ def run(example_run):
 
 def opsets(proto):
     return {o.domain: o.version for o in proto.opset_import}
+
+
+def run_model(run, filename, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(str(run.out / filename), providers=["CPUExecutionProvider"])
+    (output,) = session.run(None, {"input": x})
+    return output
 
 
 def test_selu_function_is_in_the_model(run):
@@ -69,32 +96,94 @@ def test_dynamo_translation_is_inlined(run, filename):
     assert not model.functions
 
 
-# The failing form, run here in the test process: when an onnxscript or torch release makes an
+# ---- The tolerances hold on other inputs than the example's linspace(-6, 6) ----
+
+
+def random_inputs(seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [
+        rng.uniform(-6.0, 6.0, (2, 3, 16)).astype(np.float32),  # the example's range
+        (rng.standard_normal((2, 3, 16)) * 10).astype(np.float32),  # wider
+        (rng.standard_normal((2, 3, 16)) * 1e-3).astype(np.float32),  # near 0, where exp(x) - 1 cancels
+    ]
+
+
+SPECIAL = np.resize(
+    np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, -1e-7, -1e-6, 1e30, -1e30, -88.0, -104.0, 88.0],
+        dtype=np.float32,
+    ),
+    (2, 3, 16),
+)
+
+
+@pytest.mark.parametrize("filename", SELU_MODELS)
+def test_selu_models_match_torch_on_random_and_special_inputs(run, filename):
+    largest = 0.0
+    for x in [*(x for seed in SEEDS for x in random_inputs(seed)), SPECIAL]:
+        expected = torch.nn.SELU()(torch.from_numpy(x)).numpy()
+        actual = run_model(run, filename, x)
+        np.testing.assert_allclose(actual, expected, rtol=SELU_RTOL, atol=SELU_ATOL, err_msg=filename)
+        finite = np.isfinite(expected)
+        largest = max(largest, float(np.max(np.abs(actual[finite].astype(np.float64) - expected[finite]))))
+    assert largest <= 2.5e-7, f"{filename}: largest difference {largest:.2e}, the README says 2.4e-7 at most"
+
+
+def test_threshold_function_is_exact_on_random_and_special_inputs(run):
+    model = torch.nn.Threshold(0.1, 20)
+    threshold = np.float32(0.1)
+    edges = np.array([threshold, np.nextafter(threshold, 1), np.nextafter(threshold, -1), np.nan], np.float32)
+    for x in [*(x for seed in SEEDS for x in random_inputs(seed)), SPECIAL, np.resize(edges, (2, 3, 16))]:
+        expected = model(torch.from_numpy(x)).numpy()
+        np.testing.assert_array_equal(run_model(run, "threshold_function.onnx", x), expected)  # NaN == NaN here
+
+
+def test_torch_selu_is_computed_with_expm1_near_zero():
+    """The README's reason for atol: torch's negative branch is alpha * expm1(x), the function's exp(x) - 1."""
+    x = torch.tensor([-1e-6], dtype=torch.float32)
+    alpha, gamma = 1.6732632423543772, 1.0507009873554805
+    with_expm1 = np.float32(gamma * alpha * np.expm1(np.float64(x.item())))
+    assert torch.nn.SELU()(x).item() == pytest.approx(float(with_expm1), rel=1e-6)
+    as_the_function = np.float32(gamma) * (np.float32(alpha) * np.exp(x.numpy()) - np.float32(alpha))
+    assert abs(float(as_the_function[0]) - float(with_expm1)) > 1e-7  # the cancellation the atol covers
+
+
+# ---- The unannotated @onnxscript.script translation (README step 4) ----
+
+
+def test_script_function_outputs_come_from_its_return_annotation():
+    """The README's first cause: torch builds the call's signature from the annotations only."""
+    from torch.onnx._internal.exporter import _schemas
+
+    def outputs(function):
+        return _schemas.op_signature_from_function(function, "custom-onnx-script", function.name).outputs
+
+    assert len(outputs(example.SeluScript)) == 0  # no `-> ...`: a call with no output
+    assert len(outputs(example.SeluScriptAnnotated)) == 1
+
+
+# The failing form of the example, run here in the test process: when an onnxscript or torch release makes an
 # unannotated @onnxscript.script translation work, this strict xfail turns into a failure that says so.
-unannotated_opset = onnxscript.values.Opset(domain="custom-onnx-script", version=1)
-
-
-@onnxscript.script(unannotated_opset)
-def SeluScript(X):
-    alpha = opset18.CastLike(1.6732632423543772, X)
-    gamma = opset18.CastLike(1.0507009873554805, X)
-    negative = gamma * (alpha * opset18.Exp(X) - alpha)
-    return opset18.Where(X <= opset18.CastLike(0.0, X), negative, gamma * X)
-
-
 @pytest.mark.xfail(
     strict=True,
-    raises=onnx_ir.passes.PassError,  # the inliner's error: any other failure is a real one
+    raises=onnx_ir.passes.PassError,  # the inliner's error, with the cause asserted below: any other is a real one
     reason="torch 2.14.1 + onnxscript 0.7.2: an @onnxscript.script translation without a return annotation gets "
     "zero outputs (torch/onnx/_internal/exporter/_schemas.py op_signature_from_function) and the inliner fails",
 )
 def test_unannotated_script_translation_exports(tmp_path):
-    program = torch.onnx.export(
-        torch.nn.SELU().eval(),
-        (torch.randn(2, 3),),
-        dynamo=True,
-        verbose=False,
-        custom_translation_table={torch.ops.aten.selu.default: SeluScript},
-    )
+    try:
+        program = torch.onnx.export(
+            torch.nn.SELU().eval(),
+            (torch.randn(2, 3),),
+            dynamo=True,
+            verbose=False,
+            custom_translation_table={torch.ops.aten.selu.default: example.SeluScript},
+        )
+    except onnx_ir.passes.PassError as error:
+        cause = error.__cause__
+        assert isinstance(cause, ValueError) and "The number of values and replacements must match" in str(cause), (
+            f"a different PassError than the README describes: {error!r} caused by {cause!r}"
+        )
+        raise
     program.save(tmp_path / "selu.onnx")
     onnx.checker.check_model(onnx.load(str(tmp_path / "selu.onnx")), full_check=True)

@@ -1,11 +1,28 @@
-"""What pythonop_symbolic/test.py writes: every prim::PythonOp translated, by name and by argument."""
+"""What pythonop_symbolic/test.py writes: every prim::PythonOp translated, by name and by argument; and the
+README's claim that ONNX Runtime matches PyTorch exactly, on many inputs, with its two edge cases."""
 
 from __future__ import annotations
 
+import numpy as np
+import onnxruntime as ort
 import pytest
+import torch
 from onnx import numpy_helper
 
 NAME = "pythonop_symbolic"
+
+# Each kept model and what it computes in PyTorch (the Functions' forward, written out).
+CLIP_THEN_RELU = (lambda x: x.clamp(min=-0.5).clamp(min=0), 1)
+TWO_CLIPS = (lambda x: x.clamp(min=0.0) + x.clamp(min=0.5), 1)
+MODELS = {
+    "inlined.onnx": CLIP_THEN_RELU,
+    "pythonop.onnx": CLIP_THEN_RELU,
+    "pythonop_by_argument.onnx": TWO_CLIPS,
+    "clip_then_relu_dynamo.onnx": CLIP_THEN_RELU,
+    "two_clips_dynamo.onnx": TWO_CLIPS,
+    "custom_ops_dynamo.onnx": (lambda x, y: x.clamp(min=0) + y.clamp(min=0.0) + y.clamp(min=0.5), 2),
+}
+SEEDS = range(20)
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +45,13 @@ def clip_mins(model):
     return [float(constants[n.input[1]]) for n in model.graph.node if n.op_type == "Clip"]
 
 
-@pytest.mark.parametrize(
-    "filename", ["inlined.onnx", "pythonop.onnx", "pythonop_by_argument.onnx", "custom_ops_dynamo.onnx"]
-)
+def ort_run(path, inputs):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, {name: t.numpy() for name, t in zip(names, inputs, strict=True)})[0]
+
+
+@pytest.mark.parametrize("filename", list(MODELS))
 def test_no_pythonop_and_only_standard_ops(run, filename):
     model = run.model(filename)
     assert all(n.domain == "" for n in model.graph.node)
@@ -54,7 +75,63 @@ def test_default_inlines_the_forward(run):
     assert ops(model).count("Clip") == 2 and "Relu" not in ops(model)
 
 
+def test_dynamo_traces_through_the_functions(run):
+    assert ops(run.model("clip_then_relu_dynamo.onnx")) == ["Clip", "Max"]
+    assert ops(run.model("two_clips_dynamo.onnx")) == ["Clip", "Clip", "Add"]
+
+
 def test_dynamo_custom_ops_with_one_table(run):
     model = run.model("custom_ops_dynamo.onnx")
     assert sorted(ops(model)) == ["Add", "Add", "Clip", "Relu", "Relu"]
     assert clip_mins(model) == [0.5]
+
+
+def test_failures_write_nothing_and_no_external_data(run):
+    """The failing exports stop before writing; external_data=False leaves no empty NAME.onnx.data."""
+    assert not list((run.out / "failures").iterdir())
+    assert not list(run.out.glob("*.data"))
+
+
+def test_every_step_header_and_the_legacy_warning_are_printed(run):
+    for number in (1, 2, 3, 4):
+        assert f"\n== {number}. " in run.output
+    assert "Starting in PyTorch 2.9, the new torch.export-based ONNX exporter has become the default" in run.output
+    assert "torch.onnx.SymbolicContext exists: False" in run.output
+    assert "Torch IR graph at exception" not in run.output  # the exporter's dump is filtered at its source
+
+
+@pytest.mark.parametrize("filename", list(MODELS))
+def test_exact_on_many_inputs(run, filename):
+    """The README's tolerance rtol=0, atol=0 holds for any finite input, not just the example's seed 0."""
+    reference, n_inputs = MODELS[filename]
+    for seed in SEEDS:
+        generator = torch.Generator().manual_seed(seed)
+        scale = 10.0 ** (30 * seed / (len(SEEDS) - 1))  # 1 ... 1e30
+        inputs = [torch.randn(2, 3, generator=generator) * scale for _ in range(n_inputs)]
+        inputs[0][0, 0] = -0.5  # the clamp bounds themselves
+        inputs[0][0, 1] = 0.5
+        expected = reference(*inputs).numpy()
+        np.testing.assert_array_equal(ort_run(run.out / filename, inputs), expected, err_msg=f"{filename} seed {seed}")
+
+
+SPECIAL = torch.tensor([[float("nan"), float("inf"), -float("inf")], [-0.0, 0.5, -0.5]])
+
+
+@pytest.mark.parametrize("filename", list(MODELS))
+def test_edge_cases_the_readme_names(run, filename):
+    """NaN stays NaN; +inf through a Clip without max becomes the largest float32 (ONNX's default max);
+    -0.0 may become +0.0. Exactly the differences the README lists, and no others."""
+    reference, n_inputs = MODELS[filename]
+    inputs = [SPECIAL.clone() for _ in range(n_inputs)]
+    actual = ort_run(run.out / filename, inputs)
+    expected = reference(*inputs).numpy()
+    assert np.isnan(actual[0, 0]) and np.isnan(expected[0, 0])
+    inf_to_max = filename in (
+        "inlined.onnx",
+        "pythonop.onnx",
+        "clip_then_relu_dynamo.onnx",
+    )  # a Clip, not summed with another term
+    assert actual[0, 1] == (np.finfo(np.float32).max if inf_to_max else np.inf)
+    assert expected[0, 1] == np.inf
+    np.testing.assert_array_equal(actual[:, 2], expected[:, 2])
+    np.testing.assert_array_equal(actual[1], expected[1])  # -0.0 == +0.0 as values

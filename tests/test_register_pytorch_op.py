@@ -1,16 +1,20 @@
-"""What register_pytorch_op/test.py writes: one custom node with two outputs, every attribute kind."""
+"""What register_pytorch_op/test.py writes: one custom node with two outputs, every attribute kind; and how it
+skips: without a compiler, without onnxruntime-extensions, and with ninja only beside the interpreter."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import sysconfig
+import textwrap
 
 import pytest
 from conftest import ROOT
 from onnx import AttributeProto, TensorProto
 
 NAME = "register_pytorch_op"
+SEEDS = 20
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +38,25 @@ def output_shapes(model):
     ]
 
 
-@pytest.mark.parametrize("filename", ["dual_residual.onnx", "dual_residual_dynamo.onnx"])
-def test_one_custom_node_with_two_outputs(run, filename):
+def python(script: str, cwd, env=None, timeout=900) -> subprocess.CompletedProcess:
+    """Run a short script with this interpreter, able to `import test` from the example's folder."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT / NAME), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("filename", ["dual_residual_untyped.onnx", "dual_residual.onnx", "dual_residual_dynamo.onnx"])
+def test_one_custom_node_with_two_named_outputs(run, filename):
     model = run.model(filename)
     (node,) = model.graph.node
     assert (node.domain, node.op_type) == ("rknn_cst", "cstDualResidual")
-    assert list(node.input) == ["x", "y"]
-    assert len(node.output) == 2
+    assert list(node.input) == [i.name for i in model.graph.input] == ["x", "y"]
+    # output_names: without it the TorchScript exporter names the outputs "2" and "3"
     assert [o.name for o in model.graph.output] == list(node.output) == ["x_res", "y_res"]
     (alpha,) = node.attribute
     assert alpha.name == "alpha" and alpha.type == AttributeProto.FLOAT and alpha.f == 0.5
@@ -78,6 +94,78 @@ def test_dynamo_traces_through_the_registeroperators_op(run):
     assert "rknn_cst" not in opsets(model)
 
 
+def test_build_is_announced_and_no_cuda_warning(run):
+    assert "building the C++ extension: about a minute the first time, cached after" in run.output
+    assert "  built " in run.output or "  reused the cached build " in run.output
+    assert "No CUDA runtime" not in run.output
+    assert "Torch IR graph at exception" not in run.output  # the exporter's dump is captured and checked
+
+
+def test_tolerances_hold_over_seeds(run):
+    """README step 4: ORT with the Python kernel matches the C++ op exactly; step 5: the reference Foo is within
+    rtol=atol=1e-5 of foo_forward. Both over SEEDS inputs, on the models the run wrote."""
+    proc = python(
+        f"""
+        import contextlib, io
+        import numpy as np, onnx, torch
+        from onnx.reference import ReferenceEvaluator
+        import test as example
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            example.step1_build()
+            example.step4_run()  # registers the Python kernel
+        foo = ReferenceEvaluator(onnx.load("failures/foo_all_attributes.onnx"), new_ops=[example.Foo])
+        models = {{
+            "dual_residual.onnx": example.DualResidualModel().eval(),
+            "dual_residual_untyped.onnx": example.DualResidualModel().eval(),
+            "dual_residual_dynamo.onnx": example.DualResidualLibModel().eval(),
+        }}
+        worst_foo = 0.0
+        for seed in range({SEEDS}):
+            torch.manual_seed(seed)
+            inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                for path, model in models.items():
+                    example.compare_in_ort(path, model, inputs, rtol=0, atol=0)  # exact
+            assert printed.getvalue().count("max abs diff 0.0e+00") == 6, printed.getvalue()
+            x, y = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
+            (got,) = foo.run(None, {{"x": x.numpy(), "y": y.numpy()}})
+            want = example.FooModel()(x, y).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"seed {{seed}}")
+            worst_foo = max(worst_foo, float((np.abs(got - want) / (1e-5 + 1e-5 * np.abs(want))).max()))
+        print(f"worst share of the Foo tolerance: {{worst_foo:.2f}}")
+        """,
+        cwd=run.out,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "worst share of the Foo tolerance" in proc.stdout
+
+
+def test_ninja_beside_the_interpreter_is_found(tmp_path):
+    """A venv used without activation (python called by path) has ninja only in its bin/: not a SKIP."""
+    scripts = sysconfig.get_path("scripts")
+    if not os.path.isfile(os.path.join(scripts, "ninja")):
+        pytest.skip(f"no ninja in {scripts}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "c++").symlink_to("/usr/bin/c++")  # a compiler on PATH, but no ninja
+    proc = python(
+        """
+        import shutil
+        assert shutil.which("ninja") is None
+        import test as example
+        print("problem:", repr(example.build_problem()))
+        print("ninja:", shutil.which("ninja"))
+        """,
+        cwd=tmp_path,
+        env={"PATH": str(bin_dir)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "problem: ''" in proc.stdout
+    assert f"ninja: {os.path.join(scripts, 'ninja')}" in proc.stdout
+
+
 def test_without_a_compiler_it_skips_with_the_reason(tmp_path):
     env = {**os.environ, "CXX": "no-such-compiler"}
     proc = subprocess.run(
@@ -89,4 +177,35 @@ def test_without_a_compiler_it_skips_with_the_reason(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 77, proc.stdout + proc.stderr
-    assert "SKIP: no C++ compiler: 'no-such-compiler' is not on PATH" in proc.stdout
+    assert "SKIP step 1: no C++ compiler: 'no-such-compiler' is not on PATH" in proc.stdout
+    for step in range(2, 7):
+        assert f"SKIP step {step}: needs the C++ ops of step 1" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_without_onnxruntime_extensions_only_steps_4_and_6_skip(run, tmp_path):
+    """A missing optional package: the other steps still run and check their models; exit 77 names 4 and 6."""
+    shadow = tmp_path / "shadow" / "onnxruntime_extensions"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("onnxruntime_extensions hidden by the test")\n')
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "test.py", "--out", str(out)],
+        cwd=ROOT / NAME,
+        env={**os.environ, "PYTHONPATH": str(shadow.parent)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 77, proc.stdout[-3000:] + proc.stderr[-3000:]
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIP step")]
+    assert skips == [
+        "SKIP step 4: onnxruntime-extensions is not installed: pip install onnxruntime-extensions",
+        "SKIP step 6: onnxruntime-extensions is not installed: pip install onnxruntime-extensions",
+    ]
+    for model in ["dual_residual.onnx", "dual_residual_dynamo.onnx", "failures/foo_all_attributes.onnx"]:
+        assert (out / model).is_file(), model
+    assert "== 7. Deploying a model with a custom-domain node ==" in proc.stdout
+    assert "dual_residual_dynamo.onnx needs rknn_cst::cstDualResidual" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
