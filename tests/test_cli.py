@@ -1,0 +1,117 @@
+"""The command line every test.py shares (issue 12), checked on the fastest real example.
+
+`python test.py [--out DIR] [-v]`: an empty DIR is an argparse error (exit 2); a DIR that is an existing
+non-directory or cannot be created gives one line `FAIL: cannot write models under DIR: <reason>` and exit 1;
+before writing, the example removes the models it owns from an earlier run in DIR and DIR/failures, and it
+refuses to claim PASS while DIR holds .onnx files it did not write, which it names and never deletes.
+
+The bad-argument cases stop before any export (a few seconds: the imports). The stale-files case is a
+whole run, so one run serves all of its assertions.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
+import onnx
+import pytest
+from conftest import ROOT
+
+# The fastest example, measured on the 2-core machine (wall / user seconds of `python test.py --out DIR`):
+# onnxscript_function 10.1 / 8.8, pythonop_symbolic 11.0 / 10.5; the others build C++ or export more.
+FASTEST = "onnxscript_function"
+FAIL_PREFIX = "FAIL: cannot write models under"
+
+
+def owned_models(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """KEPT and FAILURES as NAME/test.py declares them (read from its source: importing it imports torch)."""
+    tree = ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8"))
+    found = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in ("KEPT", "FAILURES")
+    }
+    assert set(found) == {"KEPT", "FAILURES"}, f"{name}/test.py does not declare KEPT and FAILURES at top level"
+    return found["KEPT"], found["FAILURES"]
+
+
+def run_example(name: str, *args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / name / "test.py"), *args],
+        cwd=cwd or ROOT / name,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_empty_out_is_an_argparse_error(tmp_path):
+    proc = run_example(FASTEST, "--out", "", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--out" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written into the current directory
+
+
+@pytest.mark.parametrize("kind", ["regular file", "under /proc", "read-only directory"])
+def test_out_that_cannot_hold_models_is_one_fail_line(tmp_path, kind):
+    if kind == "regular file":
+        out = tmp_path / "models"
+        out.write_text("not a directory\n")
+    elif kind == "under /proc":
+        out = pathlib.Path("/proc/no-such-process/models")  # /proc holds no folders but its own
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root can write into a read-only directory")
+        out = tmp_path / "models"
+        out.mkdir()
+        out.chmod(0o500)
+    proc = run_example(FASTEST, "--out", str(out))
+    if kind == "read-only directory":
+        out.chmod(0o700)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert "Traceback" not in output
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got:\n{proc.stdout}"
+    assert lines[0].startswith(f"{FAIL_PREFIX} {out.resolve()}: "), lines[0]
+    if kind == "regular file":
+        assert out.read_text() == "not a directory\n"  # left as it was
+
+
+def test_stale_files_are_named_never_deleted_and_own_models_replaced(tmp_path):
+    kept, failures = owned_models(FASTEST)
+    out = tmp_path / "models"
+    (out / "failures").mkdir(parents=True)
+    garbage = b"not an ONNX model, left by someone else\n"
+    foreign = {"junk.onnx": garbage, "failures/old.onnx": garbage, "notes.txt": b"not a model at all\n"}
+    stale_own = {kept[0]: garbage, **({failures[0]: garbage} if failures else {})}
+    for relative, content in {**foreign, **stale_own}.items():
+        (out / relative).write_bytes(content)
+
+    proc = run_example(FASTEST, "--out", str(out))
+    output = proc.stdout + proc.stderr
+
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output
+    assert "PASS" not in proc.stdout
+    fail_lines = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(fail_lines) == 1, f"expected one FAIL line, got {fail_lines}; output ends:\n{output[-3000:]}"
+    assert "junk.onnx" in fail_lines[0] and "failures/old.onnx" in fail_lines[0], fail_lines[0]
+    assert "notes.txt" not in fail_lines[0]  # only .onnx files count as models
+    for relative, content in foreign.items():  # never deleted, never touched
+        assert (out / relative).read_bytes() == content, f"{relative} was changed or removed"
+    # the stale copies of its own models were removed before the run and written afresh
+    for relative in kept:
+        assert (out / relative).is_file(), f"{relative} was not written"
+        onnx.checker.check_model(onnx.load(str(out / relative)), full_check=True)
+    for relative in stale_own:
+        path = out / relative
+        assert not path.exists() or path.read_bytes() != garbage, f"the stale {relative} was not replaced"
