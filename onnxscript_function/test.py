@@ -28,6 +28,8 @@ from torch.onnx.symbolic_helper import parse_args
 # isort: split
 # Test-only imports: the command line and the checks around the lesson's code.
 import argparse
+import inspect
+import logging
 import pathlib
 import sys
 import tempfile
@@ -35,6 +37,7 @@ import textwrap
 import traceback
 import warnings
 
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
 HERE = pathlib.Path(__file__).resolve().parent
 SKIP = 77  # exit status for "cannot run here", as in automake
 VERBOSE = False  # -v: print every exported graph in full
@@ -64,7 +67,7 @@ def selu_symbolic(g, x):
 
 
 def step1_selu_function() -> None:
-    print("\n== 1. Selu as an onnxscript function (dynamo=False, opset 15) ==")
+    step_header(1, "Selu as an onnxscript function (dynamo=False, opset 15)")
     model = torch.nn.SELU().eval()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
@@ -108,7 +111,7 @@ def selu_opset14_symbolic(g, x):
 
 
 def step2_opsets_must_agree() -> None:
-    print("\n== 2. The function's opset, the export's and the registration's must agree ==")
+    step_header(2, "The function's opset, the export's and the registration's must agree")
     model = torch.nn.SELU().eval()  # step 1's model and input
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
@@ -128,15 +131,26 @@ def step2_opsets_must_agree() -> None:
     unregister_custom_op_symbolic("aten::selu", 14)  # back to step 1's registration, from opset 15 up
 
     # This step relies on step 1's registration of selu_symbolic at opset 15 (the README says so).
-    # Step 1's registration (from opset 15 up) applies: an opset-15 function lands in an opset-17 model.
-    torch.onnx.export(
-        model,
-        (x,),
-        "failures/selu_function_in_opset17_model.onnx",
-        dynamo=False,
-        opset_version=17,
-        custom_opsets={"custom-onnx-script": 1},
-    )
+    # Before torch 2.5, torch.onnx.export runs the ONNX checker itself, after writing the file: there the error
+    # comes from the export already (CheckerError), and the checker after it still finds it in the file.
+    checked_by_export = TORCH < (2, 5)
+    with (
+        expect_error("FunctionOp imports version 15 whereas model imports version 17")
+        if checked_by_export
+        else contextlib.nullcontext()
+    ):
+        # Step 1's registration (from opset 15 up) applies: an opset-15 function lands in an opset-17 model.
+        # On torch 2.4 this export itself raises torch.onnx.errors.CheckerError, after writing the file.
+        torch.onnx.export(
+            model,
+            (x,),
+            "failures/selu_function_in_opset17_model.onnx",
+            dynamo=False,
+            opset_version=17,
+            custom_opsets={"custom-onnx-script": 1},
+        )
+    if checked_by_export:
+        differs("torch.onnx.export runs the ONNX checker itself and raises CheckerError, after writing the model")
     with expect_error("FunctionOp imports version 15 whereas model imports version 17"):
         onnx.checker.check_model(onnx.load("failures/selu_function_in_opset17_model.onnx"), full_check=True)
 
@@ -184,7 +198,7 @@ def threshold_symbolic(g, x, threshold, value):
 
 
 def step3_function_with_attributes() -> None:
-    print("\n== 3. Threshold as a function with attributes, in domain rknn_cst (dynamo=False) ==")
+    step_header(3, "Threshold as a function with attributes, in domain rknn_cst (dynamo=False)")
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)  # step 1's input
 
     threshold_model = torch.nn.Threshold(0.1, 20).eval()
@@ -209,36 +223,44 @@ def step3_function_with_attributes() -> None:
 
 
 # Works: a plain Python function calling onnxscript ops. The exporter traces it op by op.
-def selu_translation(X):
-    alpha = opset18.CastLike(1.6732632423543772, X)
-    gamma = opset18.CastLike(1.0507009873554805, X)
-    negative = gamma * (alpha * opset18.Exp(X) - alpha)
-    return opset18.Where(X <= opset18.CastLike(0.0, X), negative, gamma * X)
+# The parameter is named as in the op's ATen schema, aten::selu(Tensor self): torch 2.8 matches a
+# translation to the op by parameter name and silently uses its own Selu when the names differ.
+def selu_translation(self):
+    alpha = opset18.CastLike(1.6732632423543772, self)
+    gamma = opset18.CastLike(1.0507009873554805, self)
+    negative = gamma * (alpha * opset18.Exp(self) - alpha)
+    return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
 
 
 # Works: the same function with its types annotated, so the call gets its one output.
 @onnxscript.script(custom_onnx_script)
-def SeluScriptAnnotated(X: FLOAT) -> FLOAT:
-    alpha = opset18.CastLike(1.6732632423543772, X)
-    gamma = opset18.CastLike(1.0507009873554805, X)
-    negative = gamma * (alpha * opset18.Exp(X) - alpha)
-    return opset18.Where(X <= opset18.CastLike(0.0, X), negative, gamma * X)
+def SeluScriptAnnotated(self: FLOAT) -> FLOAT:
+    alpha = opset18.CastLike(1.6732632423543772, self)
+    gamma = opset18.CastLike(1.0507009873554805, self)
+    negative = gamma * (alpha * opset18.Exp(self) - alpha)
+    return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
 
 
 # Fails: the same function without a return annotation.
 @onnxscript.script(custom_onnx_script)
-def SeluScript(X):
-    alpha = opset18.CastLike(1.6732632423543772, X)
-    gamma = opset18.CastLike(1.0507009873554805, X)
-    negative = gamma * (alpha * opset18.Exp(X) - alpha)
-    return opset18.Where(X <= opset18.CastLike(0.0, X), negative, gamma * X)
+def SeluScript(self):
+    alpha = opset18.CastLike(1.6732632423543772, self)
+    gamma = opset18.CastLike(1.0507009873554805, self)
+    negative = gamma * (alpha * opset18.Exp(self) - alpha)
+    return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
 
 
 def step4_dynamo() -> None:
-    print("\n== 4. The torch.export-based exporter (dynamo=True) ==")
+    step_header(4, "The torch.export-based exporter (dynamo=True)")
+    if TORCH < (2, 6):
+        raise NeedsTorch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
     model = torch.nn.SELU().eval()  # step 1's model and input; step 1's registration is ignored here
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
+    schema = [argument.name for argument in torch.ops.aten.selu.default._schema.arguments]
+    for translation in (selu_translation, SeluScriptAnnotated.function, SeluScript.function):
+        assert list(inspect.signature(translation).parameters) == schema, (translation.__name__, schema)
 
+    # custom_translation_table needs torch >= 2.6 (before, dynamo=True is the old torch.onnx.dynamo_export).
     onnx_program = torch.onnx.export(
         model,
         (x,),
@@ -256,9 +278,14 @@ def step4_dynamo() -> None:
     )
     onnx_program.save("selu_dynamo_script_annotated.onnx")
     for path in ("selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"):
-        show(path)
-        ops = [node.op_type for node in onnx.load(path).graph.node]
-        assert "Selu" not in ops and {"Exp", "Where"} <= set(ops), ops  # inlined: no Selu, no call
+        written = show(path)
+        ops = [node.op_type for node in written.graph.node]
+        # No Selu: the translation was used (torch 2.8 writes torchlib's Selu when the parameter names differ).
+        assert "Selu" not in ops and {"Exp", "Where"} <= set(ops), f"{path}: {ops}"
+        opset = {o.domain: o.version for o in written.opset_import}[""]
+        assert opset == (18 if TORCH < (2, 9) else 20), f"{path}: opset {opset}"
+    if TORCH < (2, 9):
+        differs("dynamo=True writes opset 18, not 20; it uses a translation only if its parameter names are the op's")
 
     for path in ["selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"]:
         inlined = onnx.load(path)
@@ -285,42 +312,55 @@ def step4_dynamo() -> None:
 # ---------------------------------------------------------------------------------------------
 
 # Every model this example writes, relative to --out: the ones it keeps (each checked and run against
-# PyTorch) and the failure demonstrations. main() removes them before a run and refuses to claim PASS
-# while --out holds any other .onnx file.
-KEPT = (
-    "selu_function.onnx",
-    "threshold_function.onnx",
-    "selu_dynamo_plain.onnx",
-    "selu_dynamo_script_annotated.onnx",
-)
+# PyTorch), by the step that writes them, and the failure demonstrations. main() removes them before a run,
+# requires the kept models of every step that ran, and refuses to claim PASS while --out holds any other
+# .onnx file.
+KEPT = {
+    1: ("selu_function.onnx",),
+    3: ("threshold_function.onnx",),
+    4: ("selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"),
+}
 FAILURES = (
     "failures/selu_function_opset14.onnx",
     "failures/selu_function_in_opset17_model.onnx",
     "failures/selu_registered_above_export_opset.onnx",
 )
+STEPS = (step1_selu_function, step2_opsets_must_agree, step3_function_with_attributes, step4_dynamo)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
     out = args.out.resolve()
-    problem = prepare_out(out, KEPT + FAILURES)
+    owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
+    problem = prepare_out(out, owned)
     if problem:
         print(f"FAIL: cannot write models under {out}: {problem}")
         return 1
     # Each dynamo=False export warns that the TorchScript-based exporter is deprecated; the README says so.
     warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
+    # torch 2.8 logs "Missing annotation for parameter 'self' ... Treating as an Input." for an unannotated
+    # translation (torch 2.14 logs it at debug level); the README says so.
+    logging.getLogger("torch.onnx._internal.exporter._schemas").setLevel(logging.ERROR)
     skipped: list[str] = []
     home = os.getcwd()
     os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
         torch.manual_seed(0)
-        steps = [step1_selu_function, step2_opsets_must_agree, step3_function_with_attributes, step4_dynamo]
-        for number, step in enumerate(steps, start=1):
+        for number, step in enumerate(STEPS, start=1):
+            STEP_STATUS[number] = {"status": "runs", "why": ""}
+            CURRENT_STEP[0] = number
             try:
                 step()
-            except Skip as reason:  # this step cannot run here; the others still can
+            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
                 print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
+                print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status="skipped", why=str(reason))
                 skipped.append(f"step {number}: {reason}")
+            except BaseException:
+                STEP_STATUS[number].update(status="fails")
+                raise
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
@@ -334,14 +374,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-    foreign = foreign_models(out, KEPT + FAILURES)
+        write_step_summary(out)
+    foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
         return 1
     if skipped:
         print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
-    missing = [name for name in KEPT if not (out / name).is_file()]
+    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
+    missing = [m for n in ran for m in KEPT.get(n, ()) if not (out / m).is_file()]
     if missing:
         print(f"\nFAIL: these models were not written: {', '.join(missing)}")
         return 1
@@ -353,6 +395,37 @@ def main(argv: list[str] | None = None) -> int:
 # Helpers: safe to skip on a first read. The command line, the output folder, and the checks that
 # run around the lesson's code: the ONNX checker, ONNX Runtime against PyTorch, captured output.
 # =============================================================================================
+
+
+STEP_STATUS: dict[int, dict[str, str]] = {}
+CURRENT_STEP = [0]
+
+
+class NeedsTorch(Exception):
+    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
+
+    def __init__(self, version: str, why: str) -> None:
+        super().__init__(f"needs torch >= {version} ({why})")
+        self.version, self.why = version, why
+
+
+def differs(why: str) -> None:
+    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
+    print(f"  on torch {torch.__version__}: {why}")
+    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
+
+
+def step_header(number: int, title: str) -> None:  # optional: print("\n== N. Title ==") and record the title
+    STEP_STATUS.setdefault(number, {"status": "runs", "why": ""})["title"] = title
+    print(f"\n== {number}. {title} ==")
+
+
+def write_step_summary(out: pathlib.Path) -> None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+    import json
+
+    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
+    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
 
 
 @contextlib.contextmanager

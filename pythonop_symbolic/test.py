@@ -22,6 +22,7 @@ from onnxscript import opset18 as op
 # isort: split
 # test-only imports: the command line, the captured output, the ONNX checker
 import argparse
+import logging
 import pathlib
 import sys
 import tempfile
@@ -29,6 +30,8 @@ import textwrap
 import traceback
 
 import onnx
+
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
 
 HERE = pathlib.Path(__file__).resolve().parent
 SKIP = 77  # exit status for "cannot run here", as in automake
@@ -82,7 +85,7 @@ class ClipThenRelu(torch.nn.Module):
 
 
 def step1_without_symbolic() -> None:
-    print("\n== 1. Functions without a symbolic (dynamo=False) ==")
+    step_header(1, "Functions without a symbolic (dynamo=False)")
     need_torchscript_exporter()
     # The first dynamo=False export also records torch's deprecation warning: it names the release
     # in which dynamo=True became the default (the README quotes it).
@@ -96,8 +99,16 @@ def step1_without_symbolic() -> None:
         compare("inlined.onnx", run_ort("inlined.onnx", {"x": x.numpy()})[0], model(x), rtol=0, atol=0)
         show("inlined.onnx")
     legacy = [str(w.message) for w in caught if "legacy TorchScript-based ONNX export" in str(w.message)]
-    assert legacy, "torch no longer warns that dynamo=False is the legacy exporter"
-    print("  torch warns:", legacy[0].split(" Learn more")[0])
+    if TORCH >= (2, 8):  # the warning came with torch 2.8 (pytorch/pytorch#152478)
+        assert legacy, "torch no longer warns that dynamo=False is the legacy exporter"
+        print("  torch warns:", legacy[0].split(" Learn more")[0])
+    else:
+        assert not legacy, legacy
+    if TORCH < (2, 8):
+        differs("no deprecation warning: dynamo=False is the default exporter, and the warning came with torch 2.8")
+    elif TORCH < (2, 9):
+        assert "will be the default" in legacy[0], legacy[0]
+        differs("dynamo=False is still the default exporter: the warning says dynamo=True will be the default in 2.9")
     ops = op_types("inlined.onnx")
     assert ops.count("Clip") == 2 and "Relu" not in ops, ops  # the clamps inside forward, not the Functions
 
@@ -174,7 +185,7 @@ class WithTanh(torch.nn.Module):
 
 
 def step2_one_symbolic() -> None:
-    print("\n== 2. One symbolic for prim::PythonOp (dynamo=False) ==")
+    step_header(2, "One symbolic for prim::PythonOp (dynamo=False)")
     need_torchscript_exporter()
     model = ClipThenRelu().eval()
     x = torch.randn(2, 3)
@@ -214,6 +225,12 @@ def step2_one_symbolic() -> None:
             )
     replay(noise)
     print("  torch.onnx.SymbolicContext exists:", hasattr(torch.onnx, "SymbolicContext"))
+    assert hasattr(torch.onnx, "SymbolicContext") == (TORCH < (2, 5))  # removed in 2.5 (pytorch/pytorch#132184)
+    if TORCH < (2, 5):
+        differs(
+            "torch.onnx.SymbolicContext still exists (removed in 2.5): the table's second form still works here, "
+            "with a FutureWarning"
+        )
 
     print("-- symbolic_pythonop(g, *args, **kwargs)")
     # Registered at opset 1, it serves every opset; it replaces the registration above.
@@ -252,7 +269,7 @@ class TwoClips(torch.nn.Module):
 
 
 def step3_dispatch_on_arguments() -> None:
-    print("\n== 3. The same Function, two translations: MyClip(x, 0.0) -> Relu, MyClip(x, 0.5) -> Clip ==")
+    step_header(3, "The same Function, two translations: MyClip(x, 0.0) -> Relu, MyClip(x, 0.5) -> Clip")
     need_torchscript_exporter()
     # Relies on step 2: symbolic_pythonop is still registered for prim::PythonOp (registrations are
     # global to the process).
@@ -297,9 +314,12 @@ class CustomOpModel(torch.nn.Module):
 
 
 def step4_dynamo() -> None:
-    print("\n== 4. The torch.export-based exporter (dynamo=True) ==")
+    step_header(4, "The torch.export-based exporter (dynamo=True)")
+    if TORCH < (2, 5):
+        raise NeedsTorch("2.5", "before 2.5, dynamo=True is the old torch.onnx.dynamo_export, not torch.export")
     # torch.export runs each Function's forward and records what it calls. The prim::PythonOp
     # symbolic of step 2 is still registered: this exporter never looks at it.
+    # Needs torch >= 2.5: before, dynamo=True is the old torch.onnx.dynamo_export.
     # external_data=False: one file per model (by default an empty NAME.onnx.data comes with it).
     model = ClipThenRelu().eval()
     x = torch.randn(2, 3)
@@ -318,6 +338,8 @@ def step4_dynamo() -> None:
     compare("two_clips_dynamo.onnx", run_ort("two_clips_dynamo.onnx", {"x": x.numpy()})[0], model(x), rtol=0, atol=0)
     show("two_clips_dynamo.onnx")
     assert "PythonOp" not in op_types("clip_then_relu_dynamo.onnx") + op_types("two_clips_dynamo.onnx")
+    no_silent_fallback(ClipThenRelu().eval(), (x,))
+    no_silent_fallback(model, (x,))
 
     # Each Function as a custom op: a schema (from the type hints), a kernel, and a fake kernel.
     @torch.library.custom_op("pythonop_demo::my_clip", mutates_args=())
@@ -338,6 +360,9 @@ def step4_dynamo() -> None:
         torch.ops.pythonop_demo.my_relu.default: my_relu_translation,
     }
 
+    if TORCH < (2, 6):
+        raise NeedsTorch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+    # custom_translation_table needs torch >= 2.6.
     model = CustomOpModel().eval()
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     with expect_error("No ONNX function found for <OpOverload(op='pythonop_demo.my_relu', overload='default')>"):
@@ -356,19 +381,27 @@ def step4_dynamo() -> None:
     show("custom_ops_dynamo.onnx")
     ops = op_types("custom_ops_dynamo.onnx")
     assert sorted(ops) == ["Add", "Add", "Clip", "Relu", "Relu"], ops  # my_clip(y, 0.0) became a Relu
+    no_silent_fallback(model, (x, y))
+    # dynamo=True's default opset: 18 before torch 2.9, 20 since (pytorch/pytorch#158802).
+    opset = 18 if TORCH < (2, 9) else 20
+    for name in ("clip_then_relu_dynamo.onnx", "two_clips_dynamo.onnx", "custom_ops_dynamo.onnx"):
+        assert onnx_opset(name) == opset, (name, onnx_opset(name))
+    if TORCH < (2, 9):
+        differs(
+            "the models are at opset 18, dynamo=True's default before 2.9 (20 since); each was captured by "
+            "torch.export.export(..., strict=False), so no silent fallback to draft export (checked)"
+        )
 
 
-# Every model this example writes, relative to --out: the ones it keeps (each checked and run against
-# PyTorch) and the failure demonstrations. main() removes them before a run and refuses to claim PASS
-# while --out holds any other .onnx file.
-KEPT = (
-    "inlined.onnx",
-    "pythonop.onnx",
-    "pythonop_by_argument.onnx",
-    "clip_then_relu_dynamo.onnx",
-    "two_clips_dynamo.onnx",
-    "custom_ops_dynamo.onnx",
-)
+# Every model this example writes, relative to --out: the ones each step keeps (each checked and run
+# against PyTorch; a step skipped on this torch keeps none) and the failure demonstrations. main() removes
+# them before a run and refuses to claim PASS while --out holds any other .onnx file.
+KEPT = {
+    1: ("inlined.onnx",),
+    2: ("pythonop.onnx",),
+    3: ("pythonop_by_argument.onnx",),
+    4: ("clip_then_relu_dynamo.onnx", "two_clips_dynamo.onnx", "custom_ops_dynamo.onnx"),
+}
 FAILURES = (
     "failures/pythonop_no_symbolic.onnx",
     "failures/pythonop_old_name.onnx",
@@ -376,12 +409,14 @@ FAILURES = (
     "failures/unknown_function.onnx",
     "failures/custom_ops_no_table.onnx",
 )
+STEPS = (step1_without_symbolic, step2_one_symbolic, step3_dispatch_on_arguments, step4_dynamo)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
     out = args.out.resolve()
-    problem = prepare_out(out, KEPT + FAILURES)
+    owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
+    problem = prepare_out(out, owned)
     if problem:
         print(f"FAIL: cannot write models under {out}: {problem}")
         return 1
@@ -390,18 +425,29 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
     # test.py only: the exporter's logging setup also warns about itself (hidden outside __main__ anyway).
     warnings.filterwarnings("ignore", message="The feature will be removed", category=DeprecationWarning)
+    # torch 2.8 logs a warning for each translation parameter without a type annotation (`x` in step 4's
+    # translations: an input, as meant); torch 2.14.1 logs it at debug level.
+    logging.getLogger("torch.onnx._internal.exporter._schemas").setLevel(logging.ERROR)
     skipped: list[str] = []
     home = os.getcwd()
     os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
         torch.manual_seed(0)
-        steps = [step1_without_symbolic, step2_one_symbolic, step3_dispatch_on_arguments, step4_dynamo]
-        for number, step in enumerate(steps, start=1):
+        for number, step in enumerate(STEPS, start=1):
+            STEP_STATUS[number] = {"status": "runs", "why": ""}
+            CURRENT_STEP[0] = number
             try:
                 step()
-            except Skip as reason:  # this step cannot run here; the others still can
+            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
                 print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
+                print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status="skipped", why=str(reason))
                 skipped.append(f"step {number}: {reason}")
+            except BaseException:
+                STEP_STATUS[number].update(status="fails")
+                raise
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
@@ -415,14 +461,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-    foreign = foreign_models(out, KEPT + FAILURES)
+        write_step_summary(out)
+    foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
         return 1
     if skipped:
         print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
-    missing = [name for name in KEPT if not (out / name).is_file()]
+    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
+    missing = [m for n in ran for m in KEPT.get(n, ()) if not (out / m).is_file()]
     if missing:
         print(f"\nFAIL: these models were not written: {', '.join(missing)}")
         return 1
@@ -440,10 +488,51 @@ class Skip(Exception):
     """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
 
 
+STEP_STATUS: dict[int, dict[str, str]] = {}
+CURRENT_STEP = [0]
+
+
+class NeedsTorch(Exception):
+    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
+
+    def __init__(self, version: str, why: str) -> None:
+        super().__init__(f"needs torch >= {version} ({why})")
+        self.version, self.why = version, why
+
+
+def differs(why: str) -> None:
+    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
+    print(f"  on torch {torch.__version__}: {why}")
+    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
+
+
+def step_header(number: int, title: str) -> None:  # optional: print("\n== N. Title ==") and record the title
+    STEP_STATUS.setdefault(number, {"status": "runs", "why": ""})["title"] = title
+    print(f"\n== {number}. {title} ==")
+
+
+def write_step_summary(out: pathlib.Path) -> None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+    import json
+
+    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
+    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+
+
 def need_torchscript_exporter() -> None:
     """Steps 1-3 need the TorchScript-based exporter (dynamo=False), where prim::PythonOp lives."""
     if not hasattr(torch.onnx, "register_custom_op_symbolic"):
         raise Skip("this torch has no TorchScript-based ONNX exporter (dynamo=False), where prim::PythonOp lives")
+
+
+def no_silent_fallback(model: torch.nn.Module, args: tuple) -> None:
+    """On torch 2.8, when torch.export.export(..., strict=False) fails, dynamo=True silently falls back to
+    draft export, whose model can be wrong at other inputs: make sure this model needs no fallback."""
+    torch.export.export(model, args, strict=False)
+
+
+def onnx_opset(path: str) -> int:
+    return next(o.version for o in onnx.load(path).opset_import if o.domain in ("", "ai.onnx"))
 
 
 def op_types(path: str) -> list[str]:

@@ -28,7 +28,8 @@ FAIL_PREFIX = "FAIL: cannot write models under"
 
 
 def owned_models(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """KEPT and FAILURES as NAME/test.py declares them (read from its source: importing it imports torch)."""
+    """KEPT (flattened: it maps each step to its models) and FAILURES as NAME/test.py declares them, read from its
+    source: importing it imports torch."""
     tree = ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8"))
     found = {
         node.targets[0].id: ast.literal_eval(node.value)
@@ -39,7 +40,10 @@ def owned_models(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         and node.targets[0].id in ("KEPT", "FAILURES")
     }
     assert set(found) == {"KEPT", "FAILURES"}, f"{name}/test.py does not declare KEPT and FAILURES at top level"
-    return found["KEPT"], found["FAILURES"]
+    kept = found["KEPT"]
+    if isinstance(kept, dict):
+        kept = tuple(model for models in kept.values() for model in models)
+    return kept, found["FAILURES"]
 
 
 def run_example(name: str, *args: str, cwd=None) -> subprocess.CompletedProcess:

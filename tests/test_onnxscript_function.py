@@ -96,6 +96,16 @@ def test_dynamo_translation_is_inlined(run, filename):
     assert not model.functions
 
 
+def test_dynamo_translations_name_their_parameter_as_the_aten_schema():
+    """torch 2.8 skips a custom translation whose parameter names differ from the op's schema (README step 4)."""
+    import inspect
+
+    schema = [argument.name for argument in torch.ops.aten.selu.default._schema.arguments]
+    assert schema == ["self"]
+    for translation in (example.selu_translation, example.SeluScriptAnnotated.function, example.SeluScript.function):
+        assert list(inspect.signature(translation).parameters) == schema, translation.__name__
+
+
 # ---- The tolerances hold on other inputs than the example's linspace(-6, 6) ----
 
 

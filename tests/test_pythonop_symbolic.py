@@ -3,6 +3,8 @@ README's claim that ONNX Runtime matches PyTorch exactly, on many inputs, with i
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -135,3 +137,13 @@ def test_edge_cases_the_readme_names(run, filename):
     assert expected[0, 1] == np.inf
     np.testing.assert_array_equal(actual[:, 2], expected[:, 2])
     np.testing.assert_array_equal(actual[1], expected[1])  # -0.0 == +0.0 as values
+
+
+def test_every_step_runs_as_shown_on_the_pinned_torch(run):
+    """steps.json: all four steps run on the pinned torch, none differs (the README's expected output is its
+    output); the version-specific lines (`on torch X: ...`, `SKIP step N`) appear on older torch only."""
+    summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
+    assert summary["torch"] == torch.__version__.split("+")[0]
+    assert {n: s["status"] for n, s in summary["steps"].items()} == dict.fromkeys(("1", "2", "3", "4"), "runs")
+    assert "\n  on torch " not in run.output and "SKIP" not in run.output
+    assert not list(run.out.glob("*.sarif"))  # only torch < 2.5's dynamo_export writes one, and step 4 skips there

@@ -1,0 +1,200 @@
+"""Run every example on each torch stack the repository supports, and keep README.md's version table.
+
+A stack is one set of pinned packages: `requirements.txt` (torch 2.14.1, the default path) or a file
+under `stacks/` (the same pins with an older torch and torchvision). Each stack gets its own virtual
+environment, `.venv-STACK` beside this file (git-ignored), built on first use. `run_all.py` then runs
+every example with that environment's python, each writing `steps.json` (what each step did on that
+torch) beside its models under `.stacks/STACK/NAME/`.
+
+    python run_stacks.py                          # every stack: build what is missing, run every example
+    python run_stacks.py torch-2.8                # one stack
+    python run_stacks.py --python torch-2.14=.venv/bin/python   # use an interpreter you already have
+    python run_stacks.py --write-table            # then rewrite README.md's table from all stacks' runs
+    python run_stacks.py torch-2.4 --check-table  # fail when README.md's column for a stack run differs
+
+Exit status: 0 when every example passed on every stack run (and the table matched, with
+--check-table), 1 otherwise, 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent
+STACKS = {  # name -> the requirements file that pins it; the last is the default path
+    "torch-2.4": "stacks/torch-2.4.txt",
+    "torch-2.8": "stacks/torch-2.8.txt",
+    "torch-2.14": "requirements.txt",
+}
+RESULTS = ROOT / ".stacks"
+TABLE_BEGIN = "<!-- version table: written by `python run_stacks.py --write-table`; do not edit by hand -->"
+TABLE_END = "<!-- end of version table -->"
+
+
+def environment(stack: str) -> pathlib.Path:
+    """The python of STACK's environment, built from its requirements file if it is not there yet."""
+    python = ROOT / f".venv-{stack}" / "bin" / "python"
+    if python.exists():
+        return python
+    print(f"building .venv-{stack} from {STACKS[stack]} (a few GB to download, a few minutes)", flush=True)
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
+    log = python.parent.parent / "pip-install.log"
+    with log.open("w") as sink:
+        install = subprocess.run(
+            [str(python), "-m", "pip", "install", "-r", str(ROOT / STACKS[stack])], stdout=sink, stderr=sink
+        )
+    if install.returncode != 0:
+        print(log.read_text(errors="replace")[-4000:])
+        python.unlink()  # so the next run tries again rather than using a half-built environment
+        raise SystemExit(f"installing {STACKS[stack]} failed (log: {log})")
+    print(f"built .venv-{stack} in {time.monotonic() - start:.0f} s", flush=True)
+    return python
+
+
+def run_stack(stack: str, python: pathlib.Path, names: list[str]) -> int:
+    out = RESULTS / stack
+    version = subprocess.run(
+        [str(python), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    print(f"\n=== {stack}: torch {version} ({python}) ===", flush=True)
+    return subprocess.run([str(python), str(ROOT / "run_all.py"), "--out", str(out), *names], cwd=ROOT).returncode
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------------
+
+
+def examples() -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    import run_all
+
+    return run_all.discover(ROOT)
+
+
+def readme_steps(name: str) -> list[tuple[str, str]]:
+    """(number, title) of each `## N. Title` section of NAME/README.md."""
+    text = (ROOT / name / "README.md").read_text(encoding="utf-8")
+    return re.findall(r"^## (\d+)\. (.+)$", text, re.M)
+
+
+def cell(summary: dict | None, number: str) -> str:
+    """What step NUMBER did on one stack, as the table says it: runs, differs (see step N), needs torch >= X."""
+    if summary is None:
+        return "no result"
+    step = summary["steps"].get(number)
+    if step is None:
+        return "not run"
+    status = step["status"]
+    if status == "differs":
+        return f"differs (see step {number})"
+    return status  # "runs", "needs torch >= X", or what went wrong ("skipped", "fails")
+
+
+def load_summary(stack: str, name: str) -> dict | None:
+    path = RESULTS / stack / name / "steps.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def torch_version(stack: str) -> str:
+    return re.search(r"^torch==(\S+)", (ROOT / STACKS[stack]).read_text(encoding="utf-8"), re.M).group(1)
+
+
+def table(summaries: dict[str, dict[str, dict | None]]) -> str:
+    """The markdown table: one row per step of every example, one column per stack."""
+    stacks = list(STACKS)
+    lines = [
+        "| example | step | " + " | ".join(f"torch {torch_version(s)}" for s in stacks) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in stacks) + " |",
+    ]
+    for name in examples():
+        for number, title in readme_steps(name):
+            cells = [cell(summaries[s].get(name), number) for s in stacks]
+            lines.append(f"| [`{name}/`]({name}/) | {number}. {title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def committed_table() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    if TABLE_BEGIN not in text:
+        return ""
+    return text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0].strip()
+
+
+def column(table_text: str, stack: str) -> dict[tuple[str, str], str]:
+    """(example, step) -> cell of STACK's column in a table written by table()."""
+    index = 2 + list(STACKS).index(stack)
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table_text.splitlines()[2:]]
+    return {(row[0].split("`")[1].rstrip("/"), row[1].split(".", 1)[0]): row[index] for row in rows if len(row) > index}
+
+
+def write_table(text: str) -> None:
+    readme = ROOT / "README.md"
+    content = readme.read_text(encoding="utf-8")
+    if TABLE_BEGIN not in content:
+        raise SystemExit(f"README.md has no {TABLE_BEGIN!r} marker to write the table after")
+    before, rest = content.split(TABLE_BEGIN, 1)
+    after = rest.split(TABLE_END, 1)[1]
+    readme.write_text(f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stacks", nargs="*", metavar="STACK", help=f"stacks to run: {', '.join(STACKS)} (default: all)")
+    parser.add_argument("--python", action="append", default=[], metavar="STACK=PATH", help="use PATH for STACK")
+    parser.add_argument("--write-table", action="store_true", help="rewrite README.md's table from the runs")
+    parser.add_argument("--check-table", action="store_true", help="fail when README.md's table differs")
+    parser.add_argument("--examples", nargs="+", default=[], metavar="NAME", help="run only these examples")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.stacks if s not in STACKS]
+    if unknown:
+        parser.error(f"unknown stack(s) {', '.join(unknown)}; valid: {', '.join(STACKS)}")
+    pythons = {}
+    for item in args.python:
+        stack, _, path = item.partition("=")
+        if stack not in STACKS or not path:
+            parser.error(f"--python takes STACK=PATH with STACK one of {', '.join(STACKS)}, not {item!r}")
+        pythons[stack] = pathlib.Path(path).resolve()
+    selected = args.stacks or list(STACKS)
+
+    failed = []
+    for stack in selected:
+        python = pythons.get(stack) or environment(stack)
+        if run_stack(stack, python, args.examples) != 0:
+            failed.append(stack)
+
+    summaries = {s: {name: load_summary(s, name) for name in examples()} for s in STACKS}
+    if args.write_table:
+        write_table(table(summaries))
+        print("wrote the version table in README.md")
+    if args.check_table:
+        fresh, committed = table(summaries), committed_table()
+        for stack in selected:
+            want, have = column(committed, stack), column(fresh, stack)
+            wrong = [
+                f"{name} step {number}: README says {want.get((name, number))!r}, the run gives {value!r}"
+                for (name, number), value in have.items()
+                if want.get((name, number)) != value and (not args.examples or name in args.examples)
+            ]
+            if wrong:
+                print(f"README.md's version table is out of date for {stack}:\n  " + "\n  ".join(wrong))
+                failed.append(f"{stack} table")
+    if failed:
+        print(f"\nFAILED: {', '.join(failed)}")
+        return 1
+    print(f"\nevery example passed on {', '.join(selected)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
