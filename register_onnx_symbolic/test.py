@@ -37,6 +37,12 @@ import textwrap
 import traceback
 import warnings
 
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
+# What the TorchScript-based exporter prints (from C++) before a failing export raises. torch 2.8 and 2.14
+# keep its ONNX log on during every export, so it dumps 'Torch IR graph at exception: graph(...)';
+# torch 2.4 keeps the log off unless torch.onnx.enable_log() was called (see the README's Versions).
+IR_DUMP = ("Torch IR graph at exception",) if TORCH >= (2, 8) else ()
+
 
 @contextlib.contextmanager
 def expect_error(expected):
@@ -118,7 +124,7 @@ class cstThreshold(OpRun):
 
 def step1_custom_domain_node():
     print("\n== 1. Threshold as one custom-domain node (dynamo=False) ==")
-    with native_output("Torch IR graph at exception"):  # test.py only: see native_output()
+    with native_output(*IR_DUMP):  # test.py only: see native_output()
         os.makedirs("failures", exist_ok=True)  # the models that show a failure go here
         torch.manual_seed(0)
         model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
@@ -149,7 +155,7 @@ def step1_custom_domain_node():
         dims = output_dims(show(path))
         assert len(dims) == 4 and all(isinstance(d, str) for d in dims), dims  # rank kept, sizes made up
 
-    with native_output("Torch IR graph at exception"):
+    with native_output(*IR_DUMP):
         register_custom_op_symbolic("aten::threshold", threshold_wrong_suffix, 12)
         with expect_error("Invalid attribute specifier 'param_fs'"):
             torch.onnx.export(model, (x,), "failures/threshold.onnx", dynamo=False, opset_version=12)
@@ -285,7 +291,7 @@ def asinh_symbolic(g, x):
 def step4_asinh():
     print("\n== 4. aten::asinh at opset 9 (dynamo=False) ==")
     # Why two opsets: the TorchScript exporter has no asinh rule at any opset, not only at 9.
-    with native_output("Torch IR graph at exception"):
+    with native_output(*IR_DUMP):
         model, x = AsinhModel().eval(), torch.randn(2, 3) * 4
         for opset in (9, 17):
             with expect_error(f"Exporting the operator 'aten::asinh' to ONNX opset version {opset} is not supported"):
@@ -327,11 +333,16 @@ def deform_conv_inputs():
 
 def step5_operator_export_type():
     print("\n== 5. torchvision::deform_conv2d with nothing registered (dynamo=False) ==")
-    with native_output("Torch IR graph at exception"):
-        model, inputs = DeformConvModel().eval(), deform_conv_inputs()
-        names = ["x", "offset", "weight", "bias", "mask"]
-        with expect_error("unrecognized namespace torchvision::deform_conv2d"):
-            torch.onnx.export(model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19)
+    model, inputs = DeformConvModel().eval(), deform_conv_inputs()
+    names = ["x", "offset", "weight", "bias", "mask"]
+    with native_output(*IR_DUMP):
+        if TORCH == (2, 8):  # torch 2.8.0's message has a literal {op_name}: errors.py lacks an f-prefix
+            differs("UnsupportedOperatorError says 'unrecognized namespace {op_name}': the op's name is missing")
+            with expect_error("ONNX export failed on an operator with unrecognized namespace {op_name}."):
+                torch.onnx.export(model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19)
+        else:
+            with expect_error("unrecognized namespace torchvision::deform_conv2d"):
+                torch.onnx.export(model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19)
 
     # Why show them: both "succeed", but each only moves the failure from export to the runtime.
     for mode, path in [
@@ -428,7 +439,13 @@ def threshold_translation(x, threshold: float, value: float):
 
 def step7_dynamo():
     print("\n== 7. The torch.export-based exporter (dynamo=True) ==")
-    print("  (this step exports 5 models with dynamo=True: torch.export traces each, a few seconds apiece)")
+    if TORCH < (2, 9):  # one line for the step, whatever differs below (steps.json keeps one reason per step)
+        differs(
+            "torch.onnx.export defaults to dynamo=False before 2.9, so the source's call uses the symbolic"
+            + ("; dynamo=True exports at opset 18 by default (20 since 2.9)" if TORCH >= (2, 6) else "")
+        )
+    if TORCH >= (2, 6):  # torch 2.4 runs only the first export below (with dynamo=False), then skips
+        print("  (this step exports 5 models with dynamo=True: torch.export traces each, a few seconds apiece)")
     # Why first: this is Rockchip's export call as written, and since torch 2.9 it means dynamo=True.
     # The export logs, among progress lines, a 14-line traceback from onnxscript's version converter:
     # capture it, check what the lesson relies on (it could not reach opset 12), and drop the rest.
@@ -438,36 +455,76 @@ def step7_dynamo():
         register_custom_op_symbolic("aten::threshold", threshold_typed, 12)  # step 1's cstThreshold symbolic
         model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
         torch.onnx.export(model, (x,), "threshold_source_as_written.onnx", opset_version=12)
-    for logged in [
-        "Setting ONNX exporter to use operator set version 18 because the requested opset_version 12",
-        "Failed to convert the model to the target version 12 using the ONNX C API. The model was not modified",
-        "No Adapter From Version $13 for Cast",
-    ]:
-        assert logged in noise[0], f"the export no longer logs {logged!r}:\n{noise[0]}"
     if VERBOSE:
         print(textwrap.indent(noise[0].rstrip(), "    | "))
-    print("  the exporter logged: 'Setting ONNX exporter to use operator set version 18 because ...'")
-    print("  the version converter logged: 'Failed to convert the model to the target version 12 ...'")
-    print("    (its traceback ends in 'No Adapter From Version $13 for Cast'), and the export went on")
+    if TORCH < (2, 9):
+        # Before 2.9 the call means dynamo=False: the symbolic is used, as the source expects. Nothing is
+        # ignored; the model is step 1's (the input is called "input"), run with step 1's Python kernel.
+        exported = show("threshold_source_as_written.onnx")
+        ops = [f"{n.domain}.{n.op_type}" for n in exported.graph.node]
+        assert ops == ["rknn_cst.cstThreshold"] and opsets_of(exported) == {"": 12, "rknn_cst": 1}, exported
+        print(f"  the symbolic was used (dynamo=False is the default before 2.9): ops {ops}, opset 12")
+        if onnx_op is not None:
+            custom_ops = ort.SessionOptions()
+            custom_ops.register_custom_ops_library(get_library_path())
+            (actual,) = run_ort("threshold_source_as_written.onnx", {"input": x.numpy()}, custom_ops)
+            compare("threshold_source_as_written.onnx", actual, model(x), rtol=0, atol=0)
+    else:
+        for logged in [
+            "Setting ONNX exporter to use operator set version 18 because the requested opset_version 12",
+            "Failed to convert the model to the target version 12 using the ONNX C API. The model was not modified",
+            "No Adapter From Version $13 for Cast",
+        ]:
+            assert logged in noise[0], f"the export no longer logs {logged!r}:\n{noise[0]}"
+        print("  the exporter logged: 'Setting ONNX exporter to use operator set version 18 because ...'")
+        print("  the version converter logged: 'Failed to convert the model to the target version 12 ...'")
+        print("    (its traceback ends in 'No Adapter From Version $13 for Cast'), and the export went on")
 
-    exported = onnx.load("threshold_source_as_written.onnx")
-    ops, opset = [n.op_type for n in exported.graph.node], {o.domain: o.version for o in exported.opset_import}[""]
-    print(f"  SILENTLY IGNORED: the symbolic was not used; ops {ops}, opset {opset} instead of 12")
-    (actual,) = run_ort("threshold_source_as_written.onnx", {"x": x.numpy()})
-    compare("threshold_source_as_written.onnx", actual, model(x), rtol=0, atol=0)
-    assert "cstThreshold" not in ops and opset == 18, (ops, opset)
-    show("threshold_source_as_written.onnx")
+        # torch >= 2.9 (dynamo=True by default); before 2.9 the call above used the symbolic instead.
+        exported = onnx.load("threshold_source_as_written.onnx")
+        ops, opset = [n.op_type for n in exported.graph.node], {o.domain: o.version for o in exported.opset_import}[""]
+        print(f"  SILENTLY IGNORED: the symbolic was not used; ops {ops}, opset {opset} instead of 12")
+        (actual,) = run_ort("threshold_source_as_written.onnx", {"x": x.numpy()})
+        compare("threshold_source_as_written.onnx", actual, model(x), rtol=0, atol=0)
+        assert "cstThreshold" not in ops and opset == 18, (ops, opset)
+        show("threshold_source_as_written.onnx")
+    if TORCH < (2, 6):
+        raise NeedsTorch(
+            "2.6", "before 2.6, dynamo=True runs the old torch.onnx.dynamo_export: no custom_translation_table"
+        )
 
     # Why: the three ops that failed above export here with nothing registered. aten::threshold still
     # has threshold_typed registered (above), and torchvision::deform_conv2d step 6's symbolic.
-    x, deform_inputs = torch.randn(1, 3, 10, 10), deform_conv_inputs()
-    # external_data=False: each model in one file (by default, an empty NAME.onnx.data comes too)
-    for model, inputs, path in [
-        (ThresholdModel().eval(), (x,), "threshold_dynamo.onnx"),
-        (AsinhModel().eval(), (x * 4,), "asinh_dynamo.onnx"),
-        (DeformConvModel().eval(), deform_inputs, "deform_conv2d_dynamo.onnx"),
-    ]:
-        torch.onnx.export(model, inputs, path, dynamo=True, verbose=False, external_data=False)
+    with native_output():  # torch 2.8 logs 'Missing annotation for parameter ...' for torchvision's ops: held back
+        # On torch 2.8, DeformConv needs opset_version=19 or 20 here (the default there is opset 18).
+        x, deform_inputs = torch.randn(1, 3, 10, 10), deform_conv_inputs()
+        # external_data=False: each model in one file (by default, an empty NAME.onnx.data comes too)
+        for model, inputs, path in [
+            (ThresholdModel().eval(), (x,), "threshold_dynamo.onnx"),
+            (AsinhModel().eval(), (x * 4,), "asinh_dynamo.onnx"),
+            (DeformConvModel().eval(), deform_inputs, "deform_conv2d_dynamo.onnx"),
+        ]:
+            torch.onnx.export(model, inputs, path, dynamo=True, verbose=False, external_data=False)
+    if TORCH < (2, 9):
+        # Before 2.9 dynamo=True exports at opset 18 by default, and ONNX has DeformConv only since opset 19:
+        # the export "succeeds" and writes a model that neither the checker nor ORT accepts. Keep it under
+        # failures/ and export again with opset_version=20 (what 2.9 and later use by default).
+        print("  deform_conv2d_dynamo.onnx came out at opset 18, the default here; the checker refuses it:")
+        with expect_error("No Op registered for DeformConv with domain_version of 18"):
+            onnx.checker.check_model(onnx.load("deform_conv2d_dynamo.onnx"), full_check=True)
+        os.replace("deform_conv2d_dynamo.onnx", "failures/deform_conv2d_dynamo_opset18.onnx")
+        print("  kept as failures/deform_conv2d_dynamo_opset18.onnx; exporting again with opset_version=20")
+        with native_output():
+            model = DeformConvModel().eval()
+            torch.onnx.export(
+                model,
+                deform_inputs,
+                "deform_conv2d_dynamo.onnx",
+                dynamo=True,
+                verbose=False,
+                external_data=False,
+                opset_version=20,
+            )
     for path, ops in [
         ("threshold_dynamo.onnx", ["LessOrEqual", "Where"]),
         ("asinh_dynamo.onnx", ["Asinh"]),
@@ -490,10 +547,11 @@ def step7_dynamo():
     compare("deform_conv2d_dynamo.onnx", actual, expected, rtol=0, atol=round(1e-5 * float(expected.abs().max()), 6))
 
     # Why: to keep the custom node, the new exporter takes a translation per torch op instead.
-    model = ThresholdModel().eval()
-    table = {torch.ops.aten.threshold.default: threshold_translation}
-    with expect_error("No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'"):
-        torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
+    with native_output():  # torch 2.8 logs 'Missing annotation for parameter ...': held back
+        model = ThresholdModel().eval()
+        table = {torch.ops.aten.threshold.default: threshold_translation}
+        with expect_error("No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'"):
+            torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
 
     schema = onnx.defs.OpSchema(
         "cstThreshold",
@@ -509,23 +567,24 @@ def step7_dynamo():
     )
     onnx.defs.register_schema(schema)  # once per process: a second registration of the same op fails
 
-    torch.onnx.export(
-        model,
-        (x,),
-        "threshold_custom_dynamo.onnx",
-        dynamo=True,
-        verbose=False,
-        external_data=False,
-        custom_translation_table=table,
-    )
-    (node,) = onnx.load("threshold_custom_dynamo.onnx").graph.node
-    attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
-    print(f"  threshold_custom_dynamo.onnx: one {node.domain}.{node.op_type} node, attributes {attributes}")
-    if onnx_op is not None:  # the Python kernel that step 1 registered with @onnx_op runs this node too
-        custom_ops = ort.SessionOptions()
-        custom_ops.register_custom_ops_library(get_library_path())
-        (actual,) = run_ort("threshold_custom_dynamo.onnx", {"x": x.numpy()}, custom_ops)
-        compare("threshold_custom_dynamo.onnx", actual, model(x), rtol=0, atol=0)
+    with native_output():
+        torch.onnx.export(
+            model,
+            (x,),
+            "threshold_custom_dynamo.onnx",
+            dynamo=True,
+            verbose=False,
+            external_data=False,
+            custom_translation_table=table,
+        )
+        (node,) = onnx.load("threshold_custom_dynamo.onnx").graph.node
+        attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
+        print(f"  threshold_custom_dynamo.onnx: one {node.domain}.{node.op_type} node, attributes {attributes}")
+        if onnx_op is not None:  # the Python kernel that step 1 registered with @onnx_op runs this node too
+            custom_ops = ort.SessionOptions()
+            custom_ops.register_custom_ops_library(get_library_path())
+            (actual,) = run_ort("threshold_custom_dynamo.onnx", {"x": x.numpy()}, custom_ops)
+            compare("threshold_custom_dynamo.onnx", actual, model(x), rtol=0, atol=0)
     exported = show("threshold_custom_dynamo.onnx")
     assert opsets_of(exported).get("rknn_cst") == 1, opsets_of(exported)
     if onnx_op is None:
@@ -536,37 +595,47 @@ HERE = pathlib.Path(__file__).resolve().parent
 SKIP = 77  # exit status for "cannot run here", as in automake
 VERBOSE = False  # -v: print every exported graph in full
 
-# Every model this example writes, relative to --out: the ones it keeps (each checked and run against
-# PyTorch) and the failure demonstrations. main() removes them before a run and refuses to claim PASS
-# while --out holds any other .onnx file.
-KEPT = (
-    "threshold_untyped.onnx",
-    "threshold_custom.onnx",
-    "threshold_standard.onnx",
-    "elu_builtin.onnx",
-    "elu_override.onnx",
-    "asinh_opset9.onnx",
-    "asinh_opset17.onnx",
-    "deform_conv2d.onnx",
-    "threshold_source_as_written.onnx",
-    "threshold_dynamo.onnx",
-    "asinh_dynamo.onnx",
-    "deform_conv2d_dynamo.onnx",
-    "threshold_custom_dynamo.onnx",
-)
+# Every model this example writes, relative to --out: the ones each step keeps (each checked and run against
+# PyTorch; a step skipped for its torch need not write them) and the failure demonstrations. main() removes
+# them before a run and refuses to claim PASS while --out holds any other .onnx file.
+KEPT = {
+    1: ("threshold_untyped.onnx", "threshold_custom.onnx"),
+    2: ("threshold_standard.onnx",),
+    3: ("elu_builtin.onnx", "elu_override.onnx"),
+    4: ("asinh_opset9.onnx", "asinh_opset17.onnx"),
+    6: ("deform_conv2d.onnx",),
+    7: (
+        "threshold_source_as_written.onnx",
+        "threshold_dynamo.onnx",
+        "asinh_dynamo.onnx",
+        "deform_conv2d_dynamo.onnx",
+        "threshold_custom_dynamo.onnx",
+    ),
+}
 FAILURES = (
     "failures/threshold_no_attributes.onnx",
     "failures/threshold_float_list.onnx",
     "failures/deform_conv2d_onnx_fallthrough.onnx",
     "failures/deform_conv2d_onnx_aten_fallback.onnx",
     "failures/deform_conv2d_placeholder.onnx",
+    "failures/deform_conv2d_dynamo_opset18.onnx",  # torch 2.8 only: DeformConv at opset 18 (step 7)
+)
+STEPS = (
+    step1_custom_domain_node,
+    step2_standard_ops,
+    step3_override_builtin,
+    step4_asinh,
+    step5_operator_export_type,
+    step6_deform_conv2d,  # registers torchvision::deform_conv2d; nothing unregisters it
+    step7_dynamo,
 )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
     out = args.out.resolve()
-    problem = prepare_out(out, KEPT + FAILURES)
+    owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
+    problem = prepare_out(out, owned)
     if problem:
         print(f"FAIL: cannot write models under {out}: {problem}")
         return 1
@@ -580,21 +649,21 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
         torch.manual_seed(0)
-        steps = [
-            step1_custom_domain_node,
-            step2_standard_ops,
-            step3_override_builtin,
-            step4_asinh,
-            step5_operator_export_type,
-            step6_deform_conv2d,  # registers torchvision::deform_conv2d; nothing unregisters it
-            step7_dynamo,
-        ]
-        for number, step in enumerate(steps, start=1):
+        for number, step in enumerate(STEPS, start=1):
+            STEP_STATUS[number] = {"status": "runs", "why": ""}
+            CURRENT_STEP[0] = number
             try:
                 step()
-            except Skip as reason:  # this step cannot run here; the others still can
+            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
                 print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
+                print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status="skipped", why=str(reason))
                 skipped.append(f"step {number}: {reason}")
+            except BaseException:
+                STEP_STATUS[number].update(status="fails")
+                raise
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
@@ -608,14 +677,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-    foreign = foreign_models(out, KEPT + FAILURES)
+        write_step_summary(out)
+    foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
         return 1
     if skipped:
         print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
-    missing = [name for name in KEPT if not (out / name).is_file()]
+    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
+    missing = [m for n in ran for m in KEPT.get(n, ()) if not (out / m).is_file()]
     if missing:
         print(f"\nFAIL: these models were not written: {', '.join(missing)}")
         return 1
@@ -631,6 +702,32 @@ def main(argv: list[str] | None = None) -> int:
 
 class Skip(Exception):
     """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
+
+
+STEP_STATUS: dict[int, dict[str, str]] = {}
+CURRENT_STEP = [0]
+
+
+class NeedsTorch(Exception):
+    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
+
+    def __init__(self, version: str, why: str) -> None:
+        super().__init__(f"needs torch >= {version} ({why})")
+        self.version, self.why = version, why
+
+
+def differs(why: str) -> None:
+    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
+    print(f"  on torch {torch.__version__}: {why}")
+    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
+
+
+def write_step_summary(out: pathlib.Path) -> None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+    import json
+
+    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
+    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
 
 
 def first_line(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ that a broken onnxruntime-extensions costs only the two steps that need it."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -173,6 +174,19 @@ def test_passing_run_holds_back_the_library_noise(run):
         assert noise not in run.output, f"a passing run prints {noise!r}"
 
 
+def test_every_step_runs_as_shown_on_the_pinned_torch(run):
+    """steps.json: all seven steps run on the pinned torch, none differs (the README's expected output is its
+    output); the version-specific lines (`on torch X: ...`, `SKIP step N`) and models appear on older torch only."""
+    import torch
+
+    summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
+    assert summary["torch"] == torch.__version__.split("+")[0]
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 8)}
+    assert "\n  on torch " not in run.output and "SKIP" not in run.output
+    assert not (run.out / "failures" / "deform_conv2d_dynamo_opset18.onnx").exists()  # torch 2.6 to 2.8 only
+    assert not list(run.out.glob("*.sarif"))  # a failed dynamo_export (torch 2.4) writes one; nothing here calls it
+
+
 # ---- the tolerances, on many inputs (the example itself runs one) ------------------------------------
 
 
@@ -317,3 +331,6 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
         assert (out / name).is_file(), name
     assert "deform_conv2d.onnx: ONNX Runtime matches PyTorch" in output
     assert "threshold_custom.onnx: ONNX Runtime matches PyTorch" not in output
+    summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
+    statuses = {n: s["status"] for n, s in summary["steps"].items()}
+    assert statuses == {**{str(n): "runs" for n in range(1, 8)}, "1": "skipped", "7": "skipped"}, statuses
