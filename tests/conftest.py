@@ -3,6 +3,7 @@ README as a reader would paste it (its python blocks, in order, as one script in
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
@@ -65,17 +66,40 @@ def python_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", markdown, re.S | re.M)
 
 
-def page_script(name: str) -> str:
-    """What a reader gets by pasting every python block of NAME/README.md, in order, into one file."""
+# A README may hold a second script for another environment: its python blocks after this heading run there.
+SECOND_ENVIRONMENT = "## In the RKNN environment"
+
+
+def rknn_python() -> pathlib.Path | None:
+    """deploy_rknn's second interpreter, found as its test.py finds it: $RKNN_PYTHON, else ROOT/.venv-rknn."""
+    configured = os.environ.get("RKNN_PYTHON", "").strip()
+    python = pathlib.Path(configured) if configured else ROOT / ".venv-rknn" / "bin" / "python"
+    return python if python.is_file() else None
+
+
+def page_parts(name: str) -> list[list[str]]:
+    """The python blocks of NAME/README.md, in order: one list, or two where the page says that a second part
+    runs in another environment."""
     readme = (ROOT / name / "README.md").read_text(encoding="utf-8")
-    return "\n\n".join(block.rstrip() for block in python_blocks(readme)) + "\n"
+    return [python_blocks(part) for part in readme.split(f"\n{SECOND_ENVIRONMENT}\n", 1)]
+
+
+def page_scripts(name: str) -> list[str]:
+    """What a reader gets by pasting each part's python blocks, in order, into one file."""
+    return ["\n\n".join(block.rstrip() for block in blocks) + "\n" for blocks in page_parts(name)]
+
+
+def page_script(name: str) -> str:
+    """All the page's scripts, as one text (to find the models it names)."""
+    return "\n".join(page_scripts(name))
 
 
 @pytest.fixture(scope="session")
 def page_run(tmp_path_factory, example_run):
-    """page_run(name) -> ExampleRun of NAME's page script, run once per session in an empty directory.
+    """page_run(name) -> ExampleRun of NAME's page script(s), run once per session in an empty directory.
 
-    It skips where the example itself skipped (no C++ compiler, ...): the page has no SKIP logic of its own.
+    It skips where the example itself skipped (no C++ compiler, no RKNN environment, ...): the page has no SKIP
+    logic of its own. A second script (another environment's) runs after the first, in the same directory.
     """
     cache: dict[str, ExampleRun] = {}
 
@@ -83,16 +107,30 @@ def page_run(tmp_path_factory, example_run):
         example_run(name)  # skips when the example skipped itself; also warms the C++ build cache
         if name not in cache:
             folder = tmp_path_factory.mktemp(f"page-{name}")
-            (folder / "page.py").write_text(page_script(name), encoding="utf-8")
-            proc = subprocess.run(
-                [sys.executable, "page.py"],
-                cwd=folder,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=1800,
-            )
-            cache[name] = ExampleRun(name, proc.returncode, proc.stdout, folder)
+            scripts = page_scripts(name)
+            interpreters = [pathlib.Path(sys.executable)]
+            if len(scripts) > 1:
+                second = rknn_python()
+                if second is None:
+                    pytest.skip(f"{name}'s second page script needs the RKNN environment (.venv-rknn)")
+                interpreters.append(second)
+            returncode, output = 0, ""
+            for number, (script, python) in enumerate(zip(scripts, interpreters, strict=True)):
+                filename = "page.py" if number == 0 else f"page{number + 1}.py"
+                (folder / filename).write_text(script, encoding="utf-8")
+                proc = subprocess.run(
+                    [str(python), filename],
+                    cwd=folder,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    timeout=1800,
+                )
+                output += proc.stdout
+                if proc.returncode != 0:
+                    returncode = proc.returncode
+                    break
+            cache[name] = ExampleRun(name, returncode, output, folder)
         return cache[name]
 
     return run

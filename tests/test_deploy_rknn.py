@@ -1,0 +1,168 @@
+"""What deploy_rknn/test.py writes: the exported models with their .npy cases, the .rknn files RKNN-Toolkit2
+built from them, the differences its simulator reported (within the float16 tolerance), and each reproduced
+error; and how it skips without the RKNN environment. In CI (.ci/run creates that environment) a SKIP fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+NAME = "deploy_rknn"
+KEPT = [
+    "threshold.onnx",
+    "threshold_dynamo.onnx",
+    "dual_residual.onnx",
+    "dual_residual_dynamo.onnx",
+    "conv_threshold.onnx",
+    "conv_threshold_dynamo.onnx",
+    "deform_conv.onnx",
+    "deform_conv_dynamo.onnx",
+]
+REPRODUCED = [
+    "Please call rknn.config first!",
+    "The 'target_platform' has not been set yet",
+    "No opset import for domain 'rknn_cst'",
+    "Unsupport onnx opset 20, need <= 19!",
+    "IndexError: _Map_base::at",
+]
+
+
+@pytest.fixture(scope="module")
+def run(example_run):
+    try:
+        result = example_run(NAME)  # skips when the example skipped itself (no RKNN environment) ...
+    except pytest.skip.Exception as skipped:
+        if os.environ.get("CI") == "true":  # ... but CI creates the environment: a skip there is a failure
+            pytest.fail(f"{NAME} skipped itself in CI, where .ci/run creates the RKNN environment: {skipped}")
+        raise
+    assert result.returncode == 0, result.output[-4000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def results(run):
+    return json.loads((run.out / "rknn_results.json").read_text(encoding="utf-8"))
+
+
+def stem(name: str) -> str:
+    return name.removesuffix(".onnx")
+
+
+@pytest.mark.parametrize("name", KEPT)
+def test_rknn_file_and_saved_case_beside_each_model(run, name):
+    run.model(name)  # the .onnx file
+    rknn = run.out / f"{stem(name)}.rknn"
+    assert rknn.is_file() and rknn.stat().st_size > 1000, f"{rknn} is missing or empty"
+    count = 2 if name.startswith("dual_residual") else 1
+    for kind in ("input", "output"):
+        for i in range(count):
+            assert (run.out / f"{stem(name)}_{kind}_{i}.npy").is_file(), f"{stem(name)}_{kind}_{i}.npy"
+
+
+@pytest.mark.parametrize("name", KEPT)
+def test_custom_nodes_and_opset_as_rknn_reads_them(run, name):
+    model = run.model(name)
+    # RKNN-Toolkit2 2.5.0 reads opsets up to 19, and takes the first opset import for the model's opset.
+    assert (model.opset_import[0].domain, model.opset_import[0].version) == ("", 19)
+    ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    expected = {
+        "threshold": ["rknn_cst.cstThreshold"],
+        "dual_residual": ["rknn_cst.cstDualResidual"],
+        "conv_threshold": ["Conv", "rknn_cst.cstThreshold", "Conv"],
+        "deform_conv": ["Conv", "DeformConv"],
+    }[stem(name).removesuffix("_dynamo")]
+    assert ops == expected
+
+
+def test_the_failure_models_have_what_rknn_refuses(run):
+    opset20 = run.model("failures/conv_threshold_opset20.onnx")
+    assert {o.domain: o.version for o in opset20.opset_import}[""] == 20
+    custom_first = run.model("failures/threshold_custom_domain_first.onnx")
+    assert (custom_first.opset_import[0].domain, custom_first.opset_import[0].version) == ("rknn_cst", 1)
+
+
+@pytest.mark.parametrize("name", KEPT)
+def test_reported_differences_within_the_float16_tolerance(run, results, name):
+    comparisons = results["comparisons"][name]
+    count = 2 if name.startswith("dual_residual") else 1
+    assert [c["output"] for c in comparisons] == list(range(count))
+    for c in comparisons:
+        expected = np.load(run.out / f"{stem(name)}_output_{c['output']}.npy")
+        # The README's rule: four float16 steps at the largest output.
+        assert c["atol"] == pytest.approx(2**-8 * float(np.abs(expected).max()))
+        assert 0 < c["max_abs_diff"] <= c["atol"], c  # > 0: RKNN really computed in float16
+        assert c["cosine"] > 0.9999, c
+        assert f"{name} output {c['output']}: max abs diff {c['max_abs_diff']:.1e}" in run.output
+
+
+def test_both_exporters_give_the_same_numbers(results):
+    for name in KEPT[::2]:
+        assert results["comparisons"][name] == results["comparisons"][name.replace(".onnx", "_dynamo.onnx")]
+
+
+def test_float16_moves_a_value_across_the_threshold(run, results):
+    expected = np.load(run.out / "failures/identity_conv_threshold_output_0.npy")
+    assert np.allclose(expected, 0.100004)  # PyTorch keeps x
+    assert results["edge"] == 20.0  # RKNN: float16(0.100004) <= 0.1
+    assert "x = 0.100004 > 0.1: PyTorch keeps x, RKNN gives 20" in run.output
+
+
+@pytest.mark.parametrize("message", REPRODUCED)
+def test_each_error_was_reproduced(run, results, message):
+    assert message in results["reproduced"]
+    assert any(line.strip().startswith("reproduced") and message in line for line in run.output.splitlines())
+
+
+def test_registration_per_process_and_load_rknn_on_the_simulator(run, results):
+    assert "The op_type = 'cstThreshold' is invalid, Ignore this call!" in results["reproduced"]
+    assert "RKNN model that loaded by 'load_rknn' not support inference on the simulator" in results["reproduced"]
+
+
+def test_what_runs_where(results):
+    evidence = results["evidence"]
+    assert "type = cstThreshold" in evidence["c_api_warning"]
+    assert "Please call rknn_register_custom_ops in the RKNN C API" in evidence["c_api_warning"]
+    assert evidence["conv_threshold_layers"] == [["Conv", "NPU"], ["cstThreshold", "CPU"], ["Conv", "NPU"]]
+    assert ["DeformConv", "CPU"] in evidence["deform_conv_layers"]
+    assert "Unkown op target: 0" in evidence["deform_conv_unknown_target"]
+
+
+def test_quiet_output(run):
+    """RKNN's log is captured: no traceback, colour code or RKNN log line outside a 'reproduced' line."""
+    for line in run.output.splitlines():
+        assert "\x1b[" not in line, line
+        if not line.strip().startswith("reproduced"):
+            assert "Traceback" not in line, line
+        assert not line.startswith(("I ", "W ", "E ", "D ")), line
+
+
+def test_skip_names_the_command_that_creates_the_rknn_environment(tmp_path):
+    """A checkout without .venv-rknn: steps 1-3 run, then SKIP (77) with the exact command, as run_all.py shows."""
+    repository = tmp_path / "repository"
+    (repository / NAME).mkdir(parents=True)
+    for name in ("test.py", "requirements.txt"):
+        shutil.copy(ROOT / NAME / name, repository / NAME / name)
+    env = {key: value for key, value in os.environ.items() if key != "RKNN_PYTHON"}
+    proc = subprocess.run(
+        [sys.executable, "test.py", "--out", str(tmp_path / "out")],
+        cwd=repository / NAME,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 77, proc.stdout[-3000:] + proc.stderr[-3000:]
+    command = (
+        f"python3 -m venv {repository / '.venv-rknn'} && "
+        f"{repository / '.venv-rknn' / 'bin' / 'pip'} install -r {repository / NAME / 'requirements.txt'}"
+    )
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == f"SKIP: steps 4-8: no RKNN-Toolkit2 environment; create it with: {command}", last
+    assert (tmp_path / "out" / "conv_threshold_dynamo.onnx").is_file()  # steps 1-3 still ran
