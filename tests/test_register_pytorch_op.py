@@ -1,8 +1,10 @@
 """What register_pytorch_op/test.py writes: one custom node with two outputs, every attribute kind; and how it
-skips: without a compiler, without onnxruntime-extensions, and with ninja only beside the interpreter."""
+skips: without a compiler, without onnxruntime-extensions, with ninja only beside the interpreter, and on torch 2.4
+(its version gates, run on the pinned torch)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -208,4 +210,35 @@ def test_without_onnxruntime_extensions_only_steps_4_and_6_skip(run, tmp_path):
         assert (out / model).is_file(), model
     assert "== 7. Deploying a model with a custom-domain node ==" in proc.stdout
     assert "dual_residual_dynamo.onnx needs rknn_cst::cstDualResidual" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_torch_2_4_gates_steps_6_and_7(run, tmp_path):
+    """On the pinned torch, with TORCH set to torch 2.4's (2, 4): steps 6 and 7 print `SKIP step N: needs torch >= 2.6`
+    before any dynamo=True export, the example still passes, and steps.json records it. (The real 2.4 stack runs in
+    run_stacks.py, not here.)"""
+    out = tmp_path / "out"
+    proc = python(
+        f"""
+        import sys
+        import test as example
+        example.TORCH = (2, 4)
+        sys.exit(example.main(["--out", {str(out)!r}]))
+        """,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIP step")]
+    assert skips == [
+        "SKIP step 6: needs torch >= 2.6 (dynamo=True is the old torch.onnx.dynamo_export before 2.6:"
+        " no custom_translation_table)",
+        "SKIP step 7: needs torch >= 2.6 (the second model, dual_residual_dynamo.onnx, comes from step 6)",
+    ]
+    assert "exporting with dynamo=True" not in proc.stdout
+    assert "dual_residual.onnx needs rknn_cst::cstDualResidual" in proc.stdout  # step 7 lists what it has
+    summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
+    statuses = {number: step["status"] for number, step in summary["steps"].items()}
+    assert statuses == {**{str(n): "runs" for n in range(1, 6)}, "6": "needs torch >= 2.6", "7": "needs torch >= 2.6"}
+    assert sorted(p.name for p in out.glob("*.onnx")) == ["dual_residual.onnx", "dual_residual_untyped.onnx"]
+    assert not list(tmp_path.rglob("*.sarif"))
     assert "Traceback" not in proc.stdout + proc.stderr
