@@ -35,6 +35,7 @@ import tempfile
 import textwrap
 import traceback
 
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
 HERE = pathlib.Path(__file__).resolve().parent
 SKIP = 77  # exit status for "cannot run here", as in automake
 VERBOSE = False  # -v: print every exported graph in full
@@ -132,16 +133,25 @@ def step2_my_add() -> None:
         two = onnx.numpy_helper.to_array(onnx.load(path).graph.node[0].attribute[0].t)
         assert two.dtype == dtype and two.tolist() == [2], (two.dtype, two)
 
-    os.makedirs("failures", exist_ok=True)  # failure demonstrations go there
-    x64 = torch.randn(2, 3, dtype=torch.float64)
-    torch.onnx.export(
-        ClipFloat32MinModel(),
-        (x64,),
-        "failures/clip_float32_min_float64_input.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["x"],
-    )
+    with warnings.catch_warnings(record=True) as caught:  # torch 2.4's exporter warns about this model
+        os.makedirs("failures", exist_ok=True)  # failure demonstrations go there
+        x64 = torch.randn(2, 3, dtype=torch.float64)
+        torch.onnx.export(
+            ClipFloat32MinModel(),
+            (x64,),
+            "failures/clip_float32_min_float64_input.onnx",
+            dynamo=False,
+            opset_version=17,
+            input_names=["x"],
+        )
+    inference = [str(w.message) for w in caught if "failed ONNX shape inference" in str(w.message)]
+    if TORCH < (2, 5):  # torch 2.4 runs the ONNX checker on the file it wrote; 2.5 dropped it (pytorch/pytorch#135180)
+        assert inference, [str(w.message) for w in caught]
+        print("  UserWarning:", inference[0].split(" If this is unintended")[0])
+        differs("the export itself warns that the model failed ONNX shape inference (torch 2.4 checks what it wrote)")
+    else:
+        assert not inference, inference  # the exporter writes the model without a word
+
     with expect_error("min has inconsistent type tensor(float)"):
         onnx.checker.check_model(onnx.load("failures/clip_float32_min_float64_input.onnx"), full_check=True)
     with expect_error("Type parameter (T) of Optype (Clip) bound to different types (tensor(double) and tensor(float)"):
@@ -456,6 +466,13 @@ class OnnxOpsUpsample(torch.nn.Module):
 
 def step6_dynamo() -> None:
     print("\n== 6. The torch.export-based exporter (dynamo=True) ==")
+    if TORCH < (2, 8):
+        raise NeedsTorch(
+            "2.8",
+            "torch.onnx.ops, this step's way to choose the nodes under dynamo=True, came with torch 2.8;"
+            " before 2.5, dynamo=True is the old torch.onnx.dynamo_export",
+        )
+    # Step 6 needs torch >= 2.8 (torch.onnx.ops); on torch 2.4, dynamo=True is the old torch.onnx.dynamo_export.
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     relu_model, add_model = MyReluModel().eval(), MyAddModel().eval()
     # external_data=False: the weights go inside the .onnx file, not beside it in a .onnx.data file.
@@ -487,16 +504,26 @@ def step6_dynamo() -> None:
                 )
         assert any("Dynamo does not know how to trace the builtin" in str(w.message) for w in caught), caught
 
-    x = torch.rand(1, 3, 16, 16)
-    factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
+    if TORCH >= (2, 9):
+        x = torch.rand(1, 3, 16, 16)
+        factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
+        # On torch 2.8 this export does not fail (draft export, see below): expect_error then stops the page.
+        with expect_error("argument 'scale_factors' must be tuple of floats, but found element of type SymFloat"):
+            torch.onnx.export(
+                SuperResolution(FunctionUpsample()).eval(),
+                (x, factor3),
+                "failures/super_resolution_function_dynamo.onnx",
+                dynamo=True,
+                verbose=False,
+            )
+    else:  # torch 2.8: where torch.export fails, dynamo=True falls back to draft export, which succeeds
+        x = torch.rand(1, 3, 16, 16)
+        factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
+        draft_export_freezes_the_factor(x, factor3)
+
     with expect_error("argument 'scale_factors' must be tuple of floats, but found element of type SymFloat"):
-        torch.onnx.export(
-            SuperResolution(FunctionUpsample()).eval(),
-            (x, factor3),
-            "failures/super_resolution_function_dynamo.onnx",
-            dynamo=True,
-            verbose=False,
-        )
+        # torch.onnx.export(..., dynamo=True) first tries exactly this; call it yourself to see its error on any torch.
+        torch.export.export(SuperResolution(FunctionUpsample()).eval(), (x, factor3), strict=False)
 
     torch.onnx.export(
         MyAddOnnxOps().eval(),
@@ -528,17 +555,28 @@ def step6_dynamo() -> None:
     show("split_onnx_ops_dynamo.onnx")
     assert op_types("split_onnx_ops_dynamo.onnx") == ["Split", "Mul"], op_types("split_onnx_ops_dynamo.onnx")
 
-    sr_dynamo = SuperResolution(OnnxOpsUpsample()).eval()
-    torch.onnx.export(
-        sr_dynamo,
-        (x, factor3),
-        "super_resolution_dynamo.onnx",
-        dynamo=True,
-        verbose=False,
-        external_data=False,
-        input_names=["x", "factor"],
-        output_names=["y"],
-    )
+    if TORCH < (2, 9):
+        print("  exporting super_resolution_dynamo.onnx: torch 2.8 takes the draft-export path for it too (10-20 s)")
+    log: list[str] = []
+    with captured(log):  # torch 2.8 logs its draft export of this model, and prints the graph it traced
+        sr_dynamo = SuperResolution(OnnxOpsUpsample()).eval()
+        torch.onnx.export(
+            sr_dynamo,
+            (x, factor3),
+            "super_resolution_dynamo.onnx",
+            dynamo=True,
+            verbose=False,
+            external_data=False,
+            input_names=["x", "factor"],
+            output_names=["y"],
+        )
+    drafted = "it was not able to soundly produce a graph" in log[0]
+    assert drafted == (TORCH < (2, 9)), log[0][-2000:]  # draft export runs only on torch 2.8 here
+    if drafted:  # torch.export printed the graph it had traced when a data-dependent check stopped it
+        stopped_at = [line.split(" = ", 1)[-1] for line in log[0].splitlines() if "= torch.ops." in line][-1]
+        assert stopped_at.startswith("torch.ops.aten.conv2d"), stopped_at
+        print("  super_resolution_dynamo.onnx: torch.export stopped at the first conv2d; draft export wrote it")
+
     for f in (2.0, 3.0):
         scales = torch.tensor([1.0, 1.0, f, f])
         (actual,) = run_ort("super_resolution_dynamo.onnx", {"x": x.numpy(), "factor": scales.numpy()})
@@ -548,41 +586,79 @@ def step6_dynamo() -> None:
     model = show("super_resolution_dynamo.onnx")
     assert [i.name for i in model.graph.input] == ["x", "factor"]
     assert [n.op_type for n in model.graph.node if n.op_type != "Conv" and n.op_type != "Relu"] == ["Resize"]
+    if TORCH < (2, 9):
+        differs(
+            "where torch.export fails, dynamo=True falls back to draft export without an error: the Function's"
+            " super-resolution model exports with its factor frozen at 3 (wrong at factor 2), and the torch.onnx.ops"
+            " one goes the same way but checks out at both factors; dynamo=True's default opset is 18, not 20"
+        )
+
+
+def draft_export_freezes_the_factor(x, factor3) -> None:
+    """torch 2.8 only: the export that fails in step 6 on later torch succeeds here, and the model is wrong."""
+    print("  exporting with dynamo=True: torch.export fails, so torch 2.8 tries draft export (10-20 s)")
+    sr = SuperResolution(FunctionUpsample()).eval()
+    log: list[str] = []
+    with captured(log):  # verbose left at its default: the exporter prints each capture strategy it tries
+        torch.onnx.export(
+            sr, (x, factor3), "failures/super_resolution_function_dynamo.onnx", dynamo=True, external_data=False
+        )
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in log[0].splitlines()]
+    tried = [line for line in lines if line.startswith("[torch.onnx] Obtain model graph") and line[-1] in "❌✅"]
+    assert [line[-1] for line in tried] == ["❌", "❌", "✅"] and "draft_export" in tried[-1], lines
+    assert "WARNING: 1 issue(s) found during export, and it was not able to soundly produce a graph." in lines, lines
+    for line in tried:
+        print(" ", line)
+    print("  no error; the draft export report says: 1 issue(s) found, not able to soundly produce a graph")
+
+    path = "failures/super_resolution_function_dynamo.onnx"
+    resize = next(node for node in onnx.load(path).graph.node if node.op_type == "Resize")
+    frozen = next(i for i in onnx.load(path).graph.initializer if i.name == resize.input[2])
+    scales = onnx.numpy_helper.to_array(frozen).tolist()
+    print(f"  {path}: Resize reads the constant scales {scales}, not the input")
+    assert scales == [1.0, 1.0, 3.0, 3.0], scales
+    (actual,) = run_ort(path, {"x": x.numpy(), "scales": factor3.numpy()})  # the input it was exported with: right
+    compare(f"{path}, factor 3", actual, sr(x, factor3), rtol=1e-5, atol=1e-6)
+    factor2 = torch.tensor([1.0, 1.0, 2.0, 2.0])
+    (actual,) = run_ort(path, {"x": x.numpy(), "scales": factor2.numpy()})  # any other factor: wrong
+    expected = sr(x, factor2)
+    print(f"  {path}, factor 2: ONNX Runtime gives {actual.shape}, PyTorch {tuple(expected.shape)}")
+    assert actual.shape == (1, 3, 48, 48) and tuple(expected.shape) == (1, 3, 32, 32), (actual.shape, expected.shape)
 
 
 # ---------------------------------------------------------------------------------------------
 
-# Every model this example writes, relative to --out: the ones it keeps (each checked and run against
-# PyTorch) and the failure demonstrations. main() removes them before a run and refuses to claim PASS
-# while --out holds any other .onnx file.
-KEPT = (
-    "my_relu.onnx",
-    "my_add_float32.onnx",
-    "my_add_float64.onnx",
-    "my_relu_float64.onnx",
-    "my_add_aten_direct.onnx",
-    "my_add_cpp.onnx",
-    "bicubic_upsample.onnx",
-    "super_resolution.onnx",
-    "my_relu_dynamo.onnx",
-    "my_add_dynamo.onnx",
-    "my_add_onnx_ops_dynamo.onnx",
-    "split_onnx_ops_dynamo.onnx",
-    "super_resolution_dynamo.onnx",
-)
+# Every model this example writes, relative to --out: the ones each step keeps (each checked and run against
+# PyTorch; a step skipped for the installed torch keeps none) and the failure demonstrations. main() removes
+# them before a run and refuses to claim PASS while --out holds any other .onnx file.
+KEPT = {
+    1: ("my_relu.onnx",),
+    2: ("my_add_float32.onnx", "my_add_float64.onnx", "my_relu_float64.onnx"),
+    3: ("my_add_aten_direct.onnx", "my_add_cpp.onnx"),
+    4: ("bicubic_upsample.onnx", "super_resolution.onnx"),
+    6: (
+        "my_relu_dynamo.onnx",
+        "my_add_dynamo.onnx",
+        "my_add_onnx_ops_dynamo.onnx",
+        "split_onnx_ops_dynamo.onnx",
+        "super_resolution_dynamo.onnx",
+    ),
+}
 FAILURES = (
     "failures/clip_float32_min_float64_input.onnx",
     "failures/my_add_cpp_direct.onnx",
     "failures/my_add_cpp_dynamo.onnx",
-    "failures/super_resolution_function_dynamo.onnx",
+    "failures/super_resolution_function_dynamo.onnx",  # written on torch 2.8 only: the draft-export model
     "failures/my_add_onnx_ops.onnx",
 )
+STEPS = (step1_my_relu, step2_my_add, step3_cpp_extension, step4_super_resolution, step5_backward, step6_dynamo)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
     out = args.out.resolve()
-    problem = prepare_out(out, KEPT + FAILURES)
+    owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
+    problem = prepare_out(out, owned)
     if problem:
         print(f"FAIL: cannot write models under {out}: {problem}")
         return 1
@@ -591,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
     # A CUDA toolkit without a GPU: importing torch.utils.cpp_extension logs "No CUDA runtime is found" (step 3).
     logging.getLogger("torch.utils.cpp_extension").addFilter(lambda record: "No CUDA runtime" not in record.msg)
+    quiet_cpp_extension_import()  # torch 2.4 prints that message instead of logging it
     # ORT logs each model it refuses to load before raising; the raised error is what step 2 shows.
     ort.set_default_logger_severity(4)
     skipped: list[str] = []
@@ -598,20 +675,21 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
         torch.manual_seed(0)
-        steps = [
-            step1_my_relu,
-            step2_my_add,
-            step3_cpp_extension,
-            step4_super_resolution,
-            step5_backward,
-            step6_dynamo,
-        ]
-        for number, step in enumerate(steps, start=1):
+        for number, step in enumerate(STEPS, start=1):
+            STEP_STATUS[number] = {"status": "runs", "why": ""}
+            CURRENT_STEP[0] = number
             try:
                 step()
-            except Skip as reason:  # this step cannot run here; the others still can
+            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
                 print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
+                print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status="skipped", why=str(reason))
                 skipped.append(f"step {number}: {reason}")
+            except BaseException:
+                STEP_STATUS[number].update(status="fails")
+                raise
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
@@ -625,14 +703,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-    foreign = foreign_models(out, KEPT + FAILURES)
+        write_step_summary(out)
+    foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
         return 1
     if skipped:
         print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
-    missing = [name for name in KEPT if not (out / name).is_file()]
+    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
+    missing = [m for n in ran for m in KEPT.get(n, ()) if not (out / m).is_file()]
     if missing:
         print(f"\nFAIL: these models were not written: {', '.join(missing)}")
         return 1
@@ -698,6 +778,43 @@ def brief_warnings(category):
 
 class Skip(Exception):
     """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
+
+
+STEP_STATUS: dict[int, dict[str, str]] = {}
+CURRENT_STEP = [0]
+
+
+class NeedsTorch(Exception):
+    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
+
+    def __init__(self, version: str, why: str) -> None:
+        super().__init__(f"needs torch >= {version} ({why})")
+        self.version, self.why = version, why
+
+
+def differs(why: str) -> None:
+    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
+    print(f"  on torch {torch.__version__}: {why}")
+    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
+
+
+def write_step_summary(out: pathlib.Path) -> None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+    import json
+
+    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
+    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+
+
+def quiet_cpp_extension_import() -> None:
+    """Import torch.utils.cpp_extension once, its output captured: torch 2.4 prints "No CUDA runtime is found"
+    to stderr at import (later torch logs it, and main()'s logging filter drops it). Show anything else."""
+    log: list[str] = []
+    with captured(log):
+        import torch.utils.cpp_extension  # noqa: F401
+    rest = [line for line in log[0].splitlines() if line.strip() and "No CUDA runtime" not in line]
+    if rest:
+        print("\n".join(rest))
 
 
 def first_line(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ and no-ninja-on-PATH paths.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -70,6 +71,15 @@ def ops(model):
 )
 def test_op_types(run, filename, expected):
     assert ops(run.model(filename)) == expected
+
+
+def test_every_step_runs_on_the_pinned_torch(run):
+    """steps.json: on the pinned torch no step differs or needs a newer torch (the other stacks: run_stacks.py)."""
+    summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
+    assert summary["torch"] == torch.__version__.split("+")[0]
+    statuses = {number: step["status"] for number, step in summary["steps"].items()}
+    assert statuses == {str(n): "runs" for n in range(1, 7)}, statuses
+    assert "on torch" not in run.output and "SKIP" not in run.output  # no differs() line, no skipped step
 
 
 def test_cpp_call_without_a_function_is_a_constant_of_zeros(run):
@@ -216,3 +226,5 @@ def test_without_a_compiler_the_rest_runs_and_it_skips(tmp_path):
     assert (tmp_path / "super_resolution_dynamo.onnx").is_file()  # the steps after it still ran
     assert not (tmp_path / "my_add_cpp.onnx").exists()
     assert "Traceback" not in proc.stdout + proc.stderr
+    steps = json.loads((tmp_path / "steps.json").read_text(encoding="utf-8"))["steps"]
+    assert steps["3"]["status"] == "skipped" and steps["6"]["status"] == "runs", steps
