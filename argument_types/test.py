@@ -43,7 +43,10 @@ import tempfile
 import textwrap
 import time
 import traceback
+import typing
 import warnings
+
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
 
 
 @contextlib.contextmanager
@@ -115,8 +118,10 @@ def step1_cpp_op() -> None:
         raise Skip(problem)
     print("  building the C++ extension: about a minute the first time, cached after")
     started = time.perf_counter()
-    logging.getLogger("torch.utils.cpp_extension").addFilter(lambda record: "No CUDA runtime" not in record.msg)
-    from torch.utils import cpp_extension  # after the filter: importing it logs "No CUDA runtime is found"
+    noise: list[str] = []
+    with captured(noise):  # torch 2.4 prints "No CUDA runtime is found" to stderr: the filter cannot catch a print
+        logging.getLogger("torch.utils.cpp_extension").addFilter(lambda record: "No CUDA runtime" not in record.msg)
+        from torch.utils import cpp_extension  # after the filter: importing it logs "No CUDA runtime is found"
 
     cpp_extension.load_inline(
         name="onnx_tutorial_argument_types",
@@ -126,6 +131,8 @@ def step1_cpp_op() -> None:
     )
     print("  C++ schema:", torch.ops.argdemo.all_kinds.default._schema)
     print(f"  (built, or loaded from the cache, in {time.perf_counter() - started:.0f} s)")
+    unexpected = [line for line in noise[0].splitlines() if line.strip() and "No CUDA runtime is found" not in line]
+    assert not unexpected, f"importing torch.utils.cpp_extension printed: {unexpected}"
     schema = str(torch.ops.argdemo.all_kinds.default._schema)
     assert schema == (
         "argdemo::all_kinds(Tensor x, Tensor? bias, float alpha, int k, bool flag, str mode, int[] dims, "
@@ -147,25 +154,56 @@ def step1_cpp_op() -> None:
 def step2_custom_op() -> None:
     print("== 2. The same op in Python: torch.library.custom_op annotations ==")
 
-    @torch.library.custom_op("argdemo::all_kinds_py", mutates_args=())
-    def all_kinds_py(
-        x: torch.Tensor,
-        bias: torch.Tensor | None,
-        alpha: float,
-        k: int,
-        flag: bool,
-        mode: str,
-        dims: list[int],
-        scales: list[float],
-    ) -> torch.Tensor:
-        y = x * alpha
-        if bias is not None:
-            y = y + bias
-        y = y * torch.tensor(scales, dtype=x.dtype).view(1, -1, *[1] * (x.dim() - 2))
-        if flag:
-            y = y.relu()
-        y = y.sum(dims, keepdim=True) if mode == "sum" else y.amax(dims, keepdim=True)
-        return y + k
+    def define_with_builtin_lists():  # the README's block: list[int] and list[float]
+        # Before torch 2.7 custom_op refuses list[int] and list[float]: annotate typing.List[int], typing.List[float].
+        @torch.library.custom_op("argdemo::all_kinds_py", mutates_args=())
+        def all_kinds_py(
+            x: torch.Tensor,
+            bias: torch.Tensor | None,
+            alpha: float,
+            k: int,
+            flag: bool,
+            mode: str,
+            dims: list[int],
+            scales: list[float],
+        ) -> torch.Tensor:
+            y = x * alpha
+            if bias is not None:
+                y = y + bias
+            y = y * torch.tensor(scales, dtype=x.dtype).view(1, -1, *[1] * (x.dim() - 2))
+            if flag:
+                y = y.relu()
+            y = y.sum(dims, keepdim=True) if mode == "sum" else y.amax(dims, keepdim=True)
+            return y + k
+
+        return all_kinds_py
+
+    if TORCH >= (2, 7):
+        all_kinds_py = define_with_builtin_lists()
+    else:  # infer_schema knows typing.List[int] and typing.Sequence[int], not list[int] (pytorch/pytorch#146594)
+        differs("custom_op refuses list[int] and list[float] before torch 2.7: typing.List[int] gives the same schema")
+        with expect_error("Parameter dims has unsupported type list[int]"):
+            define_with_builtin_lists()
+
+        @torch.library.custom_op("argdemo::all_kinds_py", mutates_args=())
+        def all_kinds_py(
+            x: torch.Tensor,
+            bias: torch.Tensor | None,
+            alpha: float,
+            k: int,
+            flag: bool,
+            mode: str,
+            dims: typing.List[int],  # noqa: UP006 - torch < 2.7 refuses list[int]
+            scales: typing.List[float],  # noqa: UP006
+        ) -> torch.Tensor:
+            y = x * alpha
+            if bias is not None:
+                y = y + bias
+            y = y * torch.tensor(scales, dtype=x.dtype).view(1, -1, *[1] * (x.dim() - 2))
+            if flag:
+                y = y.relu()
+            y = y.sum(dims, keepdim=True) if mode == "sum" else y.amax(dims, keepdim=True)
+            return y + k
 
     print("  custom_op schema:", torch.ops.argdemo.all_kinds_py.default._schema)
     schema = str(torch.ops.argdemo.all_kinds_py.default._schema)
@@ -431,7 +469,10 @@ def step6_translation() -> None:
     def _(x, bias, alpha, k, flag, mode, dims, scales):
         return x.new_empty([1 if axis in dims else size for axis, size in enumerate(x.shape)])
 
+    if TORCH < (2, 6):  # the fake kernel above registers on 2.4 too; the translation table needs 2.6
+        raise NeedsTorch("2.6", NO_TRANSLATION_TABLE)
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
+    # Needs torch >= 2.6: torch.onnx.export has no custom_translation_table before.
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_translation}
@@ -488,7 +529,10 @@ def all_kinds_standard(
 def step7_standard_onnx() -> None:
     print("== 7. dynamo=True in standard ONNX: op.Constant(value_ints=...) and Python decisions ==")
     need_the_op()  # step 1's C++ op and step 6's fake kernel
+    if TORCH < (2, 6):
+        raise NeedsTorch("2.6", NO_TRANSLATION_TABLE)
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
+    # Needs torch >= 2.6: torch.onnx.export has no custom_translation_table before.
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_standard}
@@ -576,26 +620,33 @@ def step8_python_kernel() -> None:
 
 # ---------------------------------------------------------------------------------------------
 
-# Every model this example writes, relative to --out: the ones it keeps (each checked, and its
-# meaning matched against PyTorch) and the failure demonstrations (none: every error here is raised
-# before a file is written).
-KEPT = (
-    "all_kinds.onnx",
-    "all_kinds_no_bias.onnx",
-    "all_kinds_function.onnx",
-    "all_kinds_function_no_bias.onnx",
-    "all_kinds_dynamo.onnx",
-    "all_kinds_dynamo_no_bias.onnx",
-    "all_kinds_standard.onnx",
-    "all_kinds_standard_no_bias.onnx",
-)
+# Every model this example writes, relative to --out: the ones each step keeps (each checked, and its
+# meaning matched against PyTorch; the models of a step skipped for the installed torch are not required)
+# and the failure demonstrations (none: every error here is raised before a file is written).
+KEPT = {
+    4: ("all_kinds.onnx", "all_kinds_no_bias.onnx"),
+    5: ("all_kinds_function.onnx", "all_kinds_function_no_bias.onnx"),
+    6: ("all_kinds_dynamo.onnx", "all_kinds_dynamo_no_bias.onnx"),
+    7: ("all_kinds_standard.onnx", "all_kinds_standard_no_bias.onnx"),
+}
 FAILURES = ()
+STEPS = (
+    step1_cpp_op,
+    step2_custom_op,
+    step3_onnx_schema,
+    step4_parse_args,
+    step5_function_symbolic,
+    step6_translation,
+    step7_standard_onnx,
+    step8_python_kernel,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
     out = args.out.resolve()
-    problem = prepare_out(out, KEPT + FAILURES)
+    owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
+    problem = prepare_out(out, owned)
     if problem:
         print(f"FAIL: cannot write models under {out}: {problem}")
         return 1
@@ -605,22 +656,21 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
         torch.manual_seed(0)
-        steps = [
-            step1_cpp_op,
-            step2_custom_op,
-            step3_onnx_schema,
-            step4_parse_args,
-            step5_function_symbolic,
-            step6_translation,
-            step7_standard_onnx,
-            step8_python_kernel,
-        ]
-        for number, step in enumerate(steps, start=1):
+        for number, step in enumerate(STEPS, start=1):
+            STEP_STATUS[number] = {"status": "runs", "why": ""}
+            CURRENT_STEP[0] = number
             try:
                 step()
-            except Skip as reason:  # this step cannot run here; the others still can
+            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
                 print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
+                print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status="skipped", why=str(reason))
                 skipped.append(f"step {number}: {reason}")
+            except BaseException:
+                STEP_STATUS[number].update(status="fails")
+                raise
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         return 1
@@ -634,14 +684,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-    foreign = foreign_models(out, KEPT + FAILURES)
+        write_step_summary(out)
+    foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
         return 1
     if skipped:
         print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
-    missing = [name for name in KEPT if not (out / name).is_file()]
+    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
+    missing = [m for n in ran for m in KEPT.get(n, ()) if not (out / m).is_file()]
     if missing:
         print(f"\nFAIL: these models were not written: {', '.join(missing)}")
         return 1
@@ -669,10 +721,46 @@ def quiet_the_libraries() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
     warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
     warnings.filterwarnings("ignore", message="The feature will be removed.*")
+    # torch 2.8 logs "Missing annotation for parameter 'x' ... Treating as an Input." at WARNING for each
+    # unannotated translation parameter (x and bias in steps 6 and 7); torch 2.14 logs it at DEBUG.
+    logging.getLogger("torch.onnx._internal.exporter._schemas").setLevel(logging.ERROR)
 
 
 class Skip(Exception):
     """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
+
+
+# Why steps 6 and 7 need torch >= 2.6 (see "Versions" in the README).
+NO_TRANSLATION_TABLE = (
+    "torch.onnx.export has no custom_translation_table before 2.6;"
+    " on 2.4, dynamo=True is the old torch.onnx.dynamo_export"
+)
+
+# What each step did on the installed torch (steps.json, for the version table of the top README).
+STEP_STATUS: dict[int, dict[str, str]] = {}
+CURRENT_STEP = [0]
+
+
+class NeedsTorch(Exception):
+    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
+
+    def __init__(self, version: str, why: str) -> None:
+        super().__init__(f"needs torch >= {version} ({why})")
+        self.version, self.why = version, why
+
+
+def differs(why: str) -> None:
+    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
+    print(f"  on torch {torch.__version__}: {why}")
+    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
+
+
+def write_step_summary(out: pathlib.Path) -> None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+    import json
+
+    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
+    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
 
 
 def build_problem() -> str:
@@ -814,6 +902,31 @@ def foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
     """The .onnx files in DIR and DIR/failures that this example did not write (it never deletes them)."""
     found = [*out.glob("*.onnx"), *(out / "failures").glob("*.onnx")]
     return sorted(p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned)
+
+
+@contextlib.contextmanager
+def captured(sink: list[str]):
+    """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
+    compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
 
 
 def ninja_problem() -> str:

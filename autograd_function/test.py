@@ -390,6 +390,9 @@ def step4_super_resolution() -> None:
             opset_version=17,
             input_names=["x", "factor"],
             output_names=["y"],
+            # name y's sizes: left alone, the exporter declares y as [Convy_dim_0, 3, Convy_dim_0, ...],
+            # as if height had to equal batch, which a runtime planning from shapes would believe
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch", 2: "height", 3: "width"}},
         )
     for f in (2.0, 3.0):
         scales = torch.tensor([1.0, 1.0, f, f])
@@ -398,6 +401,8 @@ def step4_super_resolution() -> None:
 
     model = show("super_resolution.onnx")
     assert [i.name for i in model.graph.input] == ["x", "factor"]
+    declared = [d.dim_value or d.dim_param for d in model.graph.output[0].type.tensor_type.shape.dim]
+    assert declared == ["batch", 3, "height", "width"], declared
     (resize,) = [node for node in model.graph.node if node.op_type == "Resize"]
     assert resize.input[2] == "factor", resize.input  # the scales come from the model input
     assert any("Converting a tensor to a Python list" in str(w.message) for w in caught), caught

@@ -13,6 +13,10 @@ in the simulator against the saved outputs, and reproduces each failure the READ
 
 The RKNN interpreter is $RKNN_PYTHON if set, else .venv-rknn/bin/python at the repository root (the
 README's setup command creates it). Without it, steps 4-8 are skipped (exit 77) with that command.
+
+The first half runs on torch 2.4.1, 2.8.0 and 2.14.1 (the README's "Versions"); the second half reads the
+first half's DIR/steps.json to know which models step 3 wrote, and its steps' statuses (in rknn_results.json)
+are folded back into DIR/steps.json, which covers steps 1-8.
 """
 
 import argparse
@@ -42,6 +46,10 @@ if not SECOND_HALF:  # the first half's imports: the README's first block (the m
     import torchvision
     from torch.onnx import register_custom_op_symbolic
     from torch.onnx.symbolic_helper import parse_args
+
+    # The exporting torch, read once: steps 1-3 run on 2.4.1, 2.8.0 and 2.14.1 (the README's "Versions").
+    TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
+    TORCH_VERSION = torch.__version__.split("+")[0]
 else:  # the second half's imports: the first block under "In the RKNN environment"
     import contextlib
     import glob
@@ -51,6 +59,8 @@ else:  # the second half's imports: the first block under "In the RKNN environme
     import numpy as np
     from rknn.api import RKNN
     from rknn.api.custom_op import get_node_attr
+
+    TORCH_VERSION = ""  # the torch that exported the models: second_half() reads it from the first half's steps.json
 
 
 @contextlib.contextmanager
@@ -153,12 +163,12 @@ def step1_models():
     print(f"  {torch.ops.cst.dual_residual.default._schema} (a torch.library custom op in Python)")
     print("  threshold_model, dual_residual_model, conv_model, deform_model; inputs x, y of shape [1, 3, 10, 10]")
     torch.testing.assert_close(edge_model(edge), edge)
-    return x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge
+    MODELS[:] = [x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge]
 
 
-def step2_export_torchscript(models) -> None:
+def step2_export_torchscript() -> None:
     print("\n== 2. Export with dynamo=False (the TorchScript-based exporter) ==")
-    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = models
+    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS  # step 1's
 
     @parse_args("v", "f", "f")
     def threshold_symbolic(g, x, threshold, value):
@@ -236,9 +246,9 @@ def step2_export_torchscript(models) -> None:
     print("  saved beside each: NAME_input_I.npy (the inputs) and NAME_output_I.npy (PyTorch's outputs)")
 
 
-def step3_export_dynamo(models) -> None:
+def step3_export_dynamo() -> None:
     print("\n== 3. Export with dynamo=True (the torch.export-based exporter) ==")
-    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = models
+    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS  # step 1's
 
     def register_rknn_schema(op_type, inputs, outputs, attributes):
         """onnxscript looks custom ops up in ONNX's schema registry (register_onnx_symbolic/ step 7)."""
@@ -258,8 +268,9 @@ def step3_export_dynamo(models) -> None:
 
     rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
 
-    def threshold_translation(x, threshold: float, value: float):
-        return rknn_cst.cstThreshold(x, threshold=threshold, value=value)
+    def threshold_translation(self, threshold: float, value: float):
+        # `self`, as in the ATen schema threshold(Tensor self, ...): torch 2.8 matches translations by name.
+        return rknn_cst.cstThreshold(self, threshold=threshold, value=value)
 
     def dual_residual_translation(x, y, alpha: float):
         return rknn_cst.cstDualResidual(x, y, alpha=alpha)
@@ -268,6 +279,10 @@ def step3_export_dynamo(models) -> None:
         torch.ops.aten.threshold.default: threshold_translation,
         torch.ops.cst.dual_residual.default: dual_residual_translation,
     }
+    if TORCH < (2, 6):
+        raise NeedsTorch(
+            "2.6", "before 2.6, dynamo=True runs the old torch.onnx.dynamo_export: no custom_translation_table"
+        )
 
     def default_domain_first(path):
         """RKNN-Toolkit2 2.5.0 takes the first opset import for the model's opset: list the standard domain first."""
@@ -302,8 +317,29 @@ def step3_export_dynamo(models) -> None:
             threshold_model, (x,), dynamo=True, opset_version=19, verbose=False, custom_translation_table=translations
         )
         onnx_program.save("failures/threshold_custom_domain_first.onnx")
+
+        if TORCH < (2, 9):  # before 2.9, dynamo=True defaults to opset 18, which RKNN reads: no trap to show
+            written = onnx.load("failures/conv_threshold_opset20.onnx")
+            assert {o.domain: o.version for o in written.opset_import}[""] == 18, written.opset_import
+            onnx_program = torch.onnx.export(  # step 8's file, at the opset torch 2.9 and later write by default
+                conv_model, (x,), dynamo=True, opset_version=20, verbose=False, custom_translation_table=translations
+            )
+            onnx_program.save("failures/conv_threshold_opset20.onnx")
+            # Before 2.9 a failed torch.export falls back to draft export, silently: prove it did not.
+            for model, inputs in [
+                (threshold_model, (x,)),
+                (dual_residual_model, (x, y)),
+                (conv_model, (x,)),
+                (deform_model, (x,)),
+            ]:
+                torch.export.export(model, inputs, strict=False)  # raises if the ONNX export above was a draft
     verbose_log(log)
     assert "Traceback" not in log[0], log[0]
+    if TORCH < (2, 9):
+        differs(
+            "dynamo=True writes opset 18 by default (20 since 2.9), which RKNN reads, so step 8's file is exported "
+            "with opset_version=20; torch.export.export(strict=False) takes all four models: none is a draft export"
+        )
 
     expected_ops = {
         "threshold_dynamo.onnx": ["rknn_cst.cstThreshold"],
@@ -443,11 +479,19 @@ def step6_convert_and_compare() -> None:
             "deform_conv.onnx",
             "deform_conv_dynamo.onnx",
         ]:
+            if not os.path.exists(path):  # torch < 2.6 writes no dynamo=True models (step 3)
+                continue
             rknn = to_rknn(path)
             results[path] = check_against_pytorch(rknn, path)
             rknn.release()
     RESULTS["comparisons"] = results
-    assert sorted(results) == sorted(KEPT), sorted(results)
+    expected = [name for step in (2, 3) if exported_by_step(step) for name in KEPT[step]]
+    assert sorted(results) == sorted(expected), f"converted {sorted(results)}, expected {sorted(expected)}"
+    if not exported_by_step(3):
+        RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[3])} (step 3: {first_half_step(3)})")
+        differs(
+            f"converted the four dynamo=False models only: step 3 wrote none ({FIRST_HALF['steps']['3']['status']})"
+        )
 
     with rknn_output(log):
         rknn = to_rknn("failures/identity_conv_threshold.onnx")
@@ -520,7 +564,14 @@ def step8_traps() -> None:
     assert refused in strip_ansi(log[-1]), "init_runtime did not say why it failed"
     print(f"  load_rknn, then init_runtime() returned -1: {refused}")
 
+    RESULTS["reproduced"] += [ignored, refused]
+    if not exported_by_step(3):  # the last two traps read step 3's failure files, not written on this torch
+        RESULTS["skipped"].append(f"step 8: {', '.join(FAILURES[1:])} (step 3: {first_half_step(3)})")
+        differs(f"the two dynamo=True traps not run: step 3 wrote no files ({FIRST_HALF['steps']['3']['status']})")
+        return
+
     with rknn_output(log):
+        # This block and the next read step 3's files: torch >= 2.6 (on torch 2.4, test.py leaves them out).
         rknn = RKNN()
         rknn.config(target_platform="rk3588")
         with expect_error("Unsupport onnx opset 20, need <= 19!"):
@@ -534,39 +585,42 @@ def step8_traps() -> None:
             rknn.build(do_quantization=False)
         rknn.release()
     seen(log, "Unsupport onnx opset 20, need <= 19!", "IndexError: _Map_base::at")
-    RESULTS["reproduced"] += [ignored, refused]
 
 
 # ---------------------------------------------------------------------------------------------
 
 # Every model this example writes, relative to --out: the ones it keeps (each checked, converted by
-# RKNN-Toolkit2 and run against PyTorch) and the failure demonstrations. main() removes them (and the
-# .npy, .rknn and results files beside them) before a run and refuses to claim PASS while --out holds
-# any other .onnx file.
-KEPT = (
-    "threshold.onnx",
-    "threshold_dynamo.onnx",
-    "dual_residual.onnx",
-    "dual_residual_dynamo.onnx",
-    "conv_threshold.onnx",
-    "conv_threshold_dynamo.onnx",
-    "deform_conv.onnx",
-    "deform_conv_dynamo.onnx",
-)
+# RKNN-Toolkit2 and run against PyTorch), by the step that exports them, and the failure demonstrations.
+# main() removes them (and the .npy, .rknn and results files beside them) before a run and refuses to
+# claim PASS while --out holds any other .onnx file. A step skipped for its torch keeps no models.
+KEPT = {
+    2: ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", "deform_conv.onnx"),
+    3: ("threshold_dynamo.onnx", "dual_residual_dynamo.onnx", "conv_threshold_dynamo.onnx", "deform_conv_dynamo.onnx"),
+}
 FAILURES = (
     "failures/identity_conv_threshold.onnx",
     "failures/conv_threshold_opset20.onnx",
     "failures/threshold_custom_domain_first.onnx",
 )
-RKNN_FILES = tuple(name.removesuffix(".onnx") + ".rknn" for name in KEPT + FAILURES[:1])
+STEPS = (step1_models, step2_export_torchscript, step3_export_dynamo)  # this process; steps 4-8 in the RKNN one
+SECOND_HALF_STEPS = (
+    step4_before_the_first_build,
+    step5_register,
+    step6_convert_and_compare,
+    step7_what_runs_where,
+    step8_traps,
+)
+ALL_KEPT = tuple(name for models in KEPT.values() for name in models)
+RKNN_FILES = tuple(name.removesuffix(".onnx") + ".rknn" for name in ALL_KEPT + FAILURES[:1])
 SAVED_ARRAYS = tuple(
     f"{name.removesuffix('.onnx')}_{kind}_{i}.npy"
-    for name in KEPT + FAILURES[:1]
+    for name in ALL_KEPT + FAILURES[:1]
     for kind in ("input", "output")
     for i in range(2 if name.startswith("dual_residual") else 1)
 )
-RESULTS_FILE = "rknn_results.json"  # what the second half measured; tests/test_deploy_rknn.py reads it
-RESULTS: dict = {"comparisons": {}, "reproduced": [], "evidence": {}}
+RESULTS_FILE = "rknn_results.json"  # what the second half measured and did; tests/test_deploy_rknn.py reads it
+RESULTS: dict = {"comparisons": {}, "reproduced": [], "evidence": {}, "skipped": [], "steps": {}}
+MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -574,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     if args.rknn_half:
         return second_half(out)
-    problem = prepare_out(out, KEPT + FAILURES + RKNN_FILES + SAVED_ARRAYS + (RESULTS_FILE,))
+    owned = ALL_KEPT + FAILURES
+    problem = prepare_out(out, owned + RKNN_FILES + SAVED_ARRAYS + (RESULTS_FILE,))
     if problem:
         print(f"FAIL: cannot write models under {out}: {problem}")
         return 1
@@ -584,13 +639,27 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
         torch.manual_seed(0)
-        models = step1_models()
-        step2_export_torchscript(models)
-        step3_export_dynamo(models)
+        for number, step in enumerate(STEPS, start=1):
+            STEP_STATUS[number] = {"status": "runs", "why": ""}
+            CURRENT_STEP[0] = number
+            try:
+                step()
+            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
+                print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
+                print(f"SKIP step {number}: {reason}")
+                STEP_STATUS[number].update(status="skipped", why=str(reason))
+                skipped.append(f"step {number}: {reason}")
+            except BaseException:
+                STEP_STATUS[number].update(status="fails")
+                raise
         try:
-            run_second_half(out)  # steps 4-8, in the RKNN environment
+            run_second_half(out)  # steps 4-8, in the RKNN environment; their statuses join STEP_STATUS
         except Skip as reason:  # no RKNN environment: the exports above still ran and were checked
             print(f"SKIP steps 4-8: {reason}")
+            for number in range(len(STEPS) + 1, len(STEPS) + len(SECOND_HALF_STEPS) + 1):
+                STEP_STATUS[number] = {"status": "skipped", "why": str(reason)}
             skipped.append(f"steps 4-8: {reason}")
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
@@ -605,14 +674,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-    foreign = foreign_models(out, KEPT + FAILURES)
+        write_step_summary(out)
+    foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
         return 1
     if skipped:
         print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
-    missing = [name for name in KEPT + RKNN_FILES + (RESULTS_FILE,) if not (out / name).is_file()]
+    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
+    kept = [m for n in ran for m in KEPT.get(n, ())]
+    rknn_files = [m.removesuffix(".onnx") + ".rknn" for m in kept] if 6 in ran else []
+    missing = [name for name in kept + rknn_files + [RESULTS_FILE] if not (out / name).is_file()]
     if missing:
         print(f"\nFAIL: these files were not written: {', '.join(missing)}")
         return 1
@@ -621,20 +694,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def second_half(out: pathlib.Path) -> int:
-    """main() of the process the first half starts in the RKNN environment: steps 4-8, then the results file."""
+    """main() of the process the first half starts in the RKNN environment: steps 4-8, then the results file
+    (with each step's status, which the first half folds into its steps.json), pass or fail."""
+    global TORCH_VERSION
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated")  # RKNN imports it
     home = os.getcwd()
     os.chdir(out)  # the files the first half wrote, read by the names the README uses
     try:
-        for step in (
-            step4_before_the_first_build,
-            step5_register,
-            step6_convert_and_compare,
-            step7_what_runs_where,
-            step8_traps,
-        ):
-            step()
-        (out / RESULTS_FILE).write_text(json.dumps(RESULTS, indent=2) + "\n", encoding="utf-8")
+        summary = pathlib.Path("steps.json")  # the first half's steps 1-3: which torch, which steps wrote models
+        assert summary.is_file(), f"no {out / 'steps.json'}: run test.py itself, not with {SECOND_HALF_FLAG}"
+        FIRST_HALF.update(json.loads(summary.read_text(encoding="utf-8")))
+        TORCH_VERSION = FIRST_HALF["torch"]
+        for number, step in enumerate(SECOND_HALF_STEPS, start=len(STEPS) + 1):
+            STEP_STATUS[number] = {"status": "runs", "why": ""}
+            CURRENT_STEP[0] = number
+            try:
+                step()
+            except BaseException:
+                STEP_STATUS[number].update(status="fails")
+                raise
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
         print_log_tail()
@@ -646,6 +724,8 @@ def second_half(out: pathlib.Path) -> int:
             traceback.print_exc(file=sys.stdout)
         return 1
     finally:
+        RESULTS["steps"] = {str(number): status for number, status in STEP_STATUS.items()}
+        (out / RESULTS_FILE).write_text(json.dumps(RESULTS, indent=2) + "\n", encoding="utf-8")
         os.chdir(home)
     return 0
 
@@ -669,6 +749,44 @@ SETUP_COMMAND = (
 
 class Skip(Exception):
     """Raised by a step that cannot run on this machine (no RKNN environment): the reason is printed."""
+
+
+# The version bookkeeping of the repository's harness (issue 13). differs() names the torch that exported
+# the models (TORCH_VERSION): in the second half that is the first half's torch, not RKNN's torch 2.4.0.
+STEP_STATUS: dict[int, dict[str, str]] = {}
+CURRENT_STEP = [0]
+FIRST_HALF: dict = {}  # the second half: the first half's steps.json (its torch, what steps 1-3 did)
+
+
+class NeedsTorch(Exception):
+    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
+
+    def __init__(self, version: str, why: str) -> None:
+        super().__init__(f"needs torch >= {version} ({why})")
+        self.version, self.why = version, why
+
+
+def differs(why: str) -> None:
+    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
+    print(f"  on torch {TORCH_VERSION}: {why}")
+    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
+
+
+def write_step_summary(out: pathlib.Path) -> None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
+    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+
+
+def first_half_step(number: int) -> str:
+    """The second half: what step NUMBER did in the first half, as its steps.json says ("runs", "needs ...")."""
+    step = FIRST_HALF["steps"][str(number)]
+    return f"{step['status']}: {step['why']}" if step["why"] else step["status"]
+
+
+def exported_by_step(number: int) -> bool:
+    """The second half: whether step NUMBER of the first half ran, and so wrote its models."""
+    return FIRST_HALF["steps"][str(number)]["status"] in ("runs", "differs")
 
 
 def first_line(exc: BaseException) -> str:
@@ -859,7 +977,12 @@ def run_second_half(out: pathlib.Path) -> None:
     sys.stdout.flush()
     start = time.monotonic()
     command = [str(python), str(pathlib.Path(__file__).resolve()), SECOND_HALF_FLAG, "--out", str(out)]
+    write_step_summary(out)  # steps 1-3 so far: the second half reads which torch exported, and what
     proc = subprocess.run(command + (["-v"] if VERBOSE else []), cwd=HERE)
+    results = out / RESULTS_FILE
+    if results.is_file():  # the second half writes it, pass or fail: fold its steps' statuses into steps.json
+        steps = json.loads(results.read_text(encoding="utf-8"))["steps"]
+        STEP_STATUS.update({int(number): status for number, status in steps.items()})
     assert proc.returncode == 0, f"the second half (steps 4-8) exited {proc.returncode}"
     print(f"\n  steps 4-8 took {time.monotonic() - start:.0f} s")
 

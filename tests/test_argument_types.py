@@ -4,6 +4,7 @@ inputs, and the table's surprising cells, each reproduced here (in a child proce
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -529,3 +530,18 @@ def test_without_a_compiler_the_cpp_steps_skip(tmp_path):
     for step in range(4, 9):
         assert f"SKIP step {step}: needs step 1's C++ op" in child.stdout
     assert not list(tmp_path.glob("*.onnx"))
+    # steps.json, which the top README's version table is made from, says the same (steps.json is not a model)
+    summary = json.loads((tmp_path / "steps.json").read_text(encoding="utf-8"))
+    statuses = {number: step["status"] for number, step in summary["steps"].items()}
+    assert statuses == {"1": "skipped", "2": "runs", "3": "runs", **{str(n): "skipped" for n in range(4, 9)}}
+    assert summary["steps"]["1"]["why"].startswith("no C++ compiler"), summary
+
+
+def test_steps_json_says_every_step_runs_on_the_pinned_torch(run):
+    """On the pinned torch no step is gated: steps.json (for the top README's version table) says `runs` for all 8."""
+    summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
+    assert summary["torch"] == torch.__version__.split("+")[0]
+    assert {number: step["status"] for number, step in summary["steps"].items()} == {
+        str(n): "runs" for n in range(1, 9)
+    }
+    assert f"on torch {torch.__version__}:" not in run.output and "SKIP" not in run.output  # no differs(), no gate

@@ -1,6 +1,7 @@
 """What deploy_rknn/test.py writes: the exported models with their .npy cases, the .rknn files RKNN-Toolkit2
 built from them, the differences its simulator reported (within the float16 tolerance), and each reproduced
-error; and how it skips without the RKNN environment. In CI (.ci/run creates that environment) a SKIP fails."""
+error; steps.json over steps 1-8; how the second half copes with a torch whose step 3 wrote nothing (torch 2.4);
+and how it skips without the RKNN environment. In CI (.ci/run creates that environment) a SKIP fails."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, rknn_python
 
 NAME = "deploy_rknn"
 KEPT = [
@@ -166,3 +167,47 @@ def test_skip_names_the_command_that_creates_the_rknn_environment(tmp_path):
     last = proc.stdout.strip().splitlines()[-1]
     assert last == f"SKIP: steps 4-8: no RKNN-Toolkit2 environment; create it with: {command}", last
     assert (tmp_path / "out" / "conv_threshold_dynamo.onnx").is_file()  # steps 1-3 still ran
+    steps = json.loads((tmp_path / "out" / "steps.json").read_text(encoding="utf-8"))["steps"]
+    assert [steps[str(n)]["status"] for n in range(1, 9)] == ["runs"] * 3 + ["skipped"] * 5
+
+
+def test_steps_json_covers_steps_1_to_8(run, results):
+    """The pinned torch: every step runs; the second half's statuses are folded into the first half's steps.json."""
+    import torch  # the pinned stack's, which the suite runs on
+
+    summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
+    assert summary["torch"] == torch.__version__.split("+")[0]
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 9)}
+    assert {n: s["status"] for n, s in results["steps"].items()} == {str(n): "runs" for n in range(4, 9)}
+    assert results["skipped"] == []
+
+
+def test_second_half_without_step_3s_models(run, tmp_path):
+    """As on torch 2.4 (step 3: needs torch >= 2.6): the second half converts what exists, says what it left out,
+    and passes. The first half's files are copied, step 3's removed, its status set as 2.4 sets it."""
+    out = tmp_path / "out"
+    shutil.copytree(run.out, out)
+    for name in KEPT[1::2] + ["failures/conv_threshold_opset20.onnx", "failures/threshold_custom_domain_first.onnx"]:
+        (out / name).unlink()
+    summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
+    summary["torch"] = "2.4.1"
+    summary["steps"] = {n: s for n, s in summary["steps"].items() if int(n) <= 3}
+    summary["steps"]["3"] = {"status": "needs torch >= 2.6", "why": "no custom_translation_table"}
+    (out / "steps.json").write_text(json.dumps(summary), encoding="utf-8")
+    (out / "rknn_results.json").unlink()
+    proc = subprocess.run(
+        [str(rknn_python()), "test.py", "--rknn-half", "--out", str(out)],
+        cwd=ROOT / NAME,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "rknn_results.json").read_text(encoding="utf-8"))
+    assert sorted(results["comparisons"]) == sorted(KEPT[::2])
+    statuses = {n: s["status"] for n, s in results["steps"].items()}
+    assert statuses == {"4": "runs", "5": "runs", "6": "differs", "7": "runs", "8": "differs"}
+    assert [line.split(":")[0] for line in results["skipped"]] == ["step 6", "step 8"]
+    step6 = "  on torch 2.4.1: converted the four dynamo=False models only: step 3 wrote none (needs torch >= 2.6)"
+    assert step6 in proc.stdout.splitlines()
+    assert "Unsupport onnx opset 20" not in proc.stdout
