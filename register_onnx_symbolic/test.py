@@ -5,8 +5,9 @@ Run: python test.py [--out DIR] [-v]
 Every step first reproduces the error a reader meets, then fixes it, exports, checks the model with
 onnx.checker and runs it in ONNX Runtime against PyTorch. Steps 1-6 use the TorchScript-based exporter
 (dynamo=False), the only one that reads register_custom_op_symbolic; step 7 uses the torch.export-based
-exporter (dynamo=True), the default since torch 2.9. Each step holds the README's code word for word,
-with the checks around it.
+exporter (dynamo=True), the default since torch 2.9; step 8 finds the op to key a translation on when
+dynamo=True names a decomposed one; step 9 exports ONNX Runtime's own com.microsoft::CDist both ways.
+Each step holds the README's code word for word, with the checks around it.
 """
 
 import contextlib
@@ -591,6 +592,229 @@ def step7_dynamo():
         raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
 
 
+# ---------------------------------------------------------------------------------------------
+# 8. dynamo=True: the error names an op the model never calls (decompositions)
+# ---------------------------------------------------------------------------------------------
+
+
+class CholeskyModel(torch.nn.Module):
+    def forward(self, a):
+        return torch.linalg.cholesky(a)  # a: a batch of symmetric positive-definite matrices
+
+
+op = onnxscript.opset18  # ONNX's standard ops, for translations
+
+
+def cholesky_translation(self, upper: bool = False):
+    # Cholesky-Banachiewicz, one column at a time, unrolled for the matrix size known at export time.
+    n = self.shape[-1]
+    columns = []
+    for j in range(n):
+        column = op.Gather(self, op.Constant(value_int=j), axis=-1)  # A[..., :, j]
+        for done in columns:  # minus L[:, k] * L[j, k] for every column k < j
+            column = op.Sub(column, op.Mul(done, op.Gather(done, op.Constant(value_ints=[j]), axis=-1)))
+        pivot = op.Sqrt(op.Gather(column, op.Constant(value_ints=[j]), axis=-1))  # L[j, j]
+        below = op.Constant(value_floats=[0.0] * j + [1.0] * (n - j))  # rows above j are 0 in L
+        columns.append(op.Mul(op.Div(column, pivot), below))
+    lower = op.Concat(*[op.Unsqueeze(column, [-1]) for column in columns], axis=-1)
+    if upper:  # U = L transposed
+        rank = len(self.shape)
+        return op.Transpose(lower, perm=[*range(rank - 2), rank - 1, rank - 2])
+    return lower
+
+
+# What a reader writes after reading the error: a translation for the op it names (L and an info code).
+def cholesky_ex_translation(self, upper: bool = False, check_errors: bool = False):
+    return cholesky_translation(self, upper), op.Constant(value_int=0)
+
+
+def step8_decompositions():
+    print("\n== 8. dynamo=True: the error names an op the model never calls ==")
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 4)
+    a = x @ x.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
+    model = CholeskyModel().eval()
+    if TORCH >= (2, 6):  # before 2.6, dynamo=True is the old dynamo_export (see step 7)
+        with native_output():
+            with expect_error("No ONNX function found for <OpOverload(op='aten.linalg_cholesky_ex'"):
+                torch.onnx.export(model, (a,), dynamo=True, verbose=False)
+
+    # Why: the graph before and after run_decompositions() shows which op the error came from.
+    exported = torch.export.export(model, (a,))
+    print("  the model calls:", [str(n.target) for n in exported.graph.nodes if n.op == "call_function"])
+    decomposed = exported.run_decompositions()
+    print("  after run_decompositions():", [str(n.target) for n in decomposed.graph.nodes if n.op == "call_function"])
+    before = [str(n.target) for n in exported.graph.nodes if n.op == "call_function"]
+    after = [str(n.target) for n in decomposed.graph.nodes if n.op == "call_function"]
+    assert before == ["aten.linalg_cholesky.default"], before
+    assert "aten.linalg_cholesky_ex.default" in after and "aten.linalg_cholesky.default" not in after, after
+    # torch 2.14 keeps the error check as an effectful node (pytorch#184111); older ones drop it.
+    effectful = "with_effects" in after
+    if TORCH < (2, 6):
+        raise NeedsTorch(
+            "2.6", "before 2.6, dynamo=True runs the old torch.onnx.dynamo_export: no custom_translation_table"
+        )
+
+    if effectful:
+        with native_output():
+            table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
+            with expect_error("KeyError: <bound method OpOverload.name of <OpOverload(op='aten._linalg_check_errors'"):
+                torch.onnx.export(model, (a,), dynamo=True, verbose=False, custom_translation_table=table)
+    else:
+        differs(
+            "run_decompositions() drops aten._linalg_check_errors (no with_effects node), so keying on "
+            "linalg_cholesky_ex exports too, without the error check"
+        )
+        with native_output():
+            table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
+            torch.onnx.export(
+                model,
+                (a,),
+                "failures/cholesky_ex_dynamo.onnx",
+                dynamo=True,
+                verbose=False,
+                external_data=False,
+                custom_translation_table=table,
+            )
+        show("failures/cholesky_ex_dynamo.onnx")
+        (actual,) = run_ort("failures/cholesky_ex_dynamo.onnx", {"a": a.numpy()})
+        compare("failures/cholesky_ex_dynamo.onnx", actual, model(a), rtol=1e-5, atol=1e-5)
+        print("  keyed on the decomposed op, it exports here (the same graph); torch 2.14 refuses that key")
+
+    with native_output():  # torch 2.8 logs 'Missing annotation for parameter ...': held back
+        table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
+        torch.onnx.export(
+            model,
+            (a,),
+            "cholesky_dynamo.onnx",
+            dynamo=True,
+            verbose=False,
+            external_data=False,
+            custom_translation_table=table,
+        )
+        ops = sorted({node.op_type for node in onnx.load("cholesky_dynamo.onnx").graph.node})
+        print(f"  cholesky_dynamo.onnx: linalg_cholesky kept whole and translated to standard ops {ops}")
+        (actual,) = run_ort("cholesky_dynamo.onnx", {"a": a.numpy()})
+        compare("cholesky_dynamo.onnx", actual, model(a), rtol=1e-5, atol=1e-5)
+    exported = show("cholesky_dynamo.onnx")
+    assert all(n.domain == "" for n in exported.graph.node) and "Sqrt" in ops, ops
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. A node ONNX Runtime implements itself: com.microsoft::CDist
+# ---------------------------------------------------------------------------------------------
+
+
+class CDistModel(torch.nn.Module):
+    def forward(self, x1, x2):
+        return torch.cdist(x1, x2)  # the euclidean distance from every row of x1 to every row of x2
+
+
+# aten::cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None)
+@parse_args("v", "v", "f", "none")
+def cdist_contrib(g, x1, x2, p, compute_mode):
+    if p != 2.0:  # ORT's CDist has the euclidean (and squared euclidean) metric only
+        raise ValueError(f"com.microsoft::CDist has no p={p} metric")
+    y = g.op("com.microsoft::CDist", x1, x2, metric_s="euclidean")
+    y.setType(x1.type().with_sizes([x1.type().sizes()[0], x2.type().sizes()[0]]))  # [rows of x1, rows of x2]
+    return y
+
+
+def cdist_tolerance(x1, x2):
+    # ORT's CDist computes |a|^2 + |b|^2 - 2 a.b with a matrix product, then the square root: float32
+    # rounding of that sum is at most 2 (k + 2) 2^-24 (|a|^2 + |b|^2), k the row length, and the square
+    # root turns an error e of a distance near 0 into up to sqrt(e).
+    k = x1.shape[-1]
+    largest = float((x1**2).sum(-1).max() + (x2**2).sum(-1).max())
+    return float(np.sqrt(2 * (k + 2) * 2.0**-24 * largest))
+
+
+msft = onnxscript.values.Opset("com.microsoft", 1)
+
+
+def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
+    if p != 2.0:
+        raise ValueError(f"com.microsoft::CDist has no p={p} metric")
+    return msft.CDist(x1, x2, metric="euclidean")
+
+
+def step9_contrib_op():
+    print("\n== 9. A node ONNX Runtime implements itself: com.microsoft::CDist ==")
+    torch.manual_seed(0)
+    model, x1, x2 = CDistModel().eval(), torch.randn(5, 3), torch.randn(7, 3)
+    names = ["x1", "x2"]
+    torch.onnx.export(model, (x1, x2), "cdist_builtin.onnx", dynamo=False, opset_version=17, input_names=names)
+    register_custom_op_symbolic("aten::cdist", cdist_contrib, 9)  # replaces the built-in rule
+    torch.onnx.export(
+        model,
+        (x1, x2),
+        "cdist_contrib.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=names,
+        custom_opsets={"com.microsoft": 1},
+    )
+    for path in ["cdist_builtin.onnx", "cdist_contrib.onnx"]:
+        ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in onnx.load(path).graph.node]
+        print(f"  {path}: {len(ops)} node(s), {sorted(set(ops))}")
+    # Why: onnx knows no com.microsoft schema, so its checker passes that node without checking it.
+    assert not onnx.defs.has("CDist", "com.microsoft")
+    exported = show("cdist_contrib.onnx")
+    assert [f"{n.domain}.{n.op_type}" for n in exported.graph.node] == ["com.microsoft.CDist"]
+    assert opsets_of(exported) == {"": 17, "com.microsoft": 1} and output_dims(exported) == [5, 7]
+    show("cdist_builtin.onnx")
+
+    print("  onnx.defs has a schema for com.microsoft CDist:", onnx.defs.has("CDist", "com.microsoft"))
+    atol = round(cdist_tolerance(x1, x2), 6)
+    for path in ["cdist_builtin.onnx", "cdist_contrib.onnx"]:
+        (actual,) = run_ort(path, {"x1": x1.numpy(), "x2": x2.numpy()})  # plain ORT: no custom-op library
+        compare(path, actual, model(x1, x2), rtol=0, atol=atol)
+    if TORCH < (2, 6):
+        raise NeedsTorch(
+            "2.6", "before 2.6, dynamo=True runs the old torch.onnx.dynamo_export: no custom_translation_table"
+        )
+
+    # Why: under dynamo=True, cdist is decomposed too (step 8), into an op with no ONNX function.
+    with native_output():
+        with expect_error("No ONNX function found for <OpOverload(op='aten._cdist_forward'"):
+            torch.onnx.export(model, (x1, x2), dynamo=True, verbose=False)
+        table = {torch.ops.aten.cdist.default: cdist_translation}
+        with expect_error("No schema registered for 'CDist' version '1' and domain 'com.microsoft'"):
+            torch.onnx.export(model, (x1, x2), dynamo=True, verbose=False, custom_translation_table=table)
+
+    # ORT's documentation of CDist (ContribOperators.md), as an ONNX schema: onnxscript needs one.
+    schema = onnx.defs.OpSchema(
+        "CDist",
+        "com.microsoft",
+        1,
+        inputs=[onnx.defs.OpSchema.FormalParameter("A", "T"), onnx.defs.OpSchema.FormalParameter("B", "T")],
+        outputs=[onnx.defs.OpSchema.FormalParameter("C", "T")],
+        type_constraints=[("T", ["tensor(float)", "tensor(double)"], "float32 or float64 tensors")],
+        attributes=[
+            onnx.defs.OpSchema.Attribute("metric", onnx.defs.OpSchema.AttrType.STRING, "euclidean or sqeuclidean")
+        ],
+    )
+    onnx.defs.register_schema(schema)  # once per process, as in step 7
+
+    with native_output():
+        torch.onnx.export(
+            model,
+            (x1, x2),
+            "cdist_contrib_dynamo.onnx",
+            dynamo=True,
+            verbose=False,
+            external_data=False,
+            custom_translation_table=table,
+        )
+        (node,) = onnx.load("cdist_contrib_dynamo.onnx").graph.node
+        attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
+        print(f"  cdist_contrib_dynamo.onnx: one {node.domain}.{node.op_type} node, attributes {attributes}")
+        (actual,) = run_ort("cdist_contrib_dynamo.onnx", {"x1": x1.numpy(), "x2": x2.numpy()})
+        compare("cdist_contrib_dynamo.onnx", actual, model(x1, x2), rtol=0, atol=round(cdist_tolerance(x1, x2), 6))
+    exported = show("cdist_contrib_dynamo.onnx")
+    assert opsets_of(exported).get("com.microsoft") == 1 and output_dims(exported) == [5, 7], exported
+
+
 HERE = pathlib.Path(__file__).resolve().parent
 SKIP = 77  # exit status for "cannot run here", as in automake
 VERBOSE = False  # -v: print every exported graph in full
@@ -611,6 +835,8 @@ KEPT = {
         "deform_conv2d_dynamo.onnx",
         "threshold_custom_dynamo.onnx",
     ),
+    8: ("cholesky_dynamo.onnx",),
+    9: ("cdist_builtin.onnx", "cdist_contrib.onnx", "cdist_contrib_dynamo.onnx"),
 }
 FAILURES = (
     "failures/threshold_no_attributes.onnx",
@@ -619,6 +845,7 @@ FAILURES = (
     "failures/deform_conv2d_onnx_aten_fallback.onnx",
     "failures/deform_conv2d_placeholder.onnx",
     "failures/deform_conv2d_dynamo_opset18.onnx",  # torch 2.8 only: DeformConv at opset 18 (step 7)
+    "failures/cholesky_ex_dynamo.onnx",  # torch 2.8 only: keyed on the decomposed op (step 8)
 )
 STEPS = (
     step1_custom_domain_node,
@@ -628,6 +855,8 @@ STEPS = (
     step5_operator_export_type,
     step6_deform_conv2d,  # registers torchvision::deform_conv2d; nothing unregisters it
     step7_dynamo,
+    step8_decompositions,
+    step9_contrib_op,
 )
 
 

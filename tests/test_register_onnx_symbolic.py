@@ -163,6 +163,32 @@ def test_dynamo_custom_translation_table_keeps_custom_node(run):
     assert opsets(model)["rknn_cst"] == 1
 
 
+def test_cholesky_kept_whole_in_standard_ops(run):
+    """Step 8: keyed on aten.linalg_cholesky, the op stays whole: standard ONNX only, one Sqrt per column."""
+    model = run.model("cholesky_dynamo.onnx")
+    assert all(n.domain == "" for n in model.graph.node)
+    assert [n.op_type for n in model.graph.node].count("Sqrt") == 4  # a 4x4 matrix: one pivot per column
+    assert [i.name for i in model.graph.input] == ["a"] and len(model.graph.output) == 1
+    assert opsets(model) == {"": 20}
+
+
+@pytest.mark.parametrize("filename", ["cdist_contrib.onnx", "cdist_contrib_dynamo.onnx"])
+def test_cdist_is_one_contrib_node(run, filename):
+    """Step 9: one com.microsoft.CDist node with metric='euclidean', under both exporters."""
+    model = run.model(filename)
+    (node,) = model.graph.node
+    assert (node.domain, node.op_type) == ("com.microsoft", "CDist")
+    (metric,) = node.attribute
+    assert metric.name == "metric" and metric.type == AttributeProto.STRING and metric.s == b"euclidean"
+    assert opsets(model)["com.microsoft"] == 1
+    assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [5, 7]
+
+
+def test_cdist_builtin_rule_writes_standard_ops(run):
+    model = run.model("cdist_builtin.onnx")
+    assert len(model.graph.node) == 11 and all(n.domain == "" for n in model.graph.node)
+
+
 def test_output_dir_holds_only_valid_models(run):
     for path in run.out.glob("*.onnx"):
         onnx.checker.check_model(onnx.load(str(path)), full_check=True)
@@ -175,15 +201,16 @@ def test_passing_run_holds_back_the_library_noise(run):
 
 
 def test_every_step_runs_as_shown_on_the_pinned_torch(run):
-    """steps.json: all seven steps run on the pinned torch, none differs (the README's expected output is its
+    """steps.json: all nine steps run on the pinned torch, none differs (the README's expected output is its
     output); the version-specific lines (`on torch X: ...`, `SKIP step N`) and models appear on older torch only."""
     import torch
 
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 8)}
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 10)}
     assert "\n  on torch " not in run.output and "SKIP" not in run.output
     assert not (run.out / "failures" / "deform_conv2d_dynamo_opset18.onnx").exists()  # torch 2.6 to 2.8 only
+    assert not (run.out / "failures" / "cholesky_ex_dynamo.onnx").exists()  # torch 2.8 only (step 8)
     assert not list(run.out.glob("*.sarif"))  # a failed dynamo_export (torch 2.4) writes one; nothing here calls it
 
 
@@ -262,6 +289,76 @@ def test_elu_override_and_asinh_tolerances_hold_on_many_inputs(example, tmp_path
         np.testing.assert_allclose(actual, asinh(x).numpy(), rtol=1e-5, atol=1e-6, err_msg=f"asinh seed={seed}")
 
 
+@pytest.mark.parametrize("n", [4, 8])
+def test_cholesky_tolerance_holds_on_many_inputs(example, tmp_path, n):
+    """README step 8: rtol=1e-5, atol=1e-5 between LAPACK and the unrolled translation, on 20 batches of
+    n x n matrices x @ x.T + n*I; and a matrix that is not positive definite gives NaN, not an error."""
+    import onnxruntime as ort
+    import torch
+
+    model = example.CholeskyModel().eval()
+    path = tmp_path / f"cholesky{n}.onnx"
+    table = {torch.ops.aten.linalg_cholesky.default: example.cholesky_translation}
+    torch.onnx.export(
+        model,
+        (torch.eye(n).expand(3, n, n).contiguous(),),
+        str(path),
+        dynamo=True,
+        verbose=False,
+        external_data=False,
+        custom_translation_table=table,
+    )
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        x = torch.randn(3, n, n)
+        a = x @ x.mT + n * torch.eye(n)
+        (actual,) = session.run(None, {"a": a.numpy()})
+        expected = model(a).numpy()
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5, err_msg=f"n={n} seed={seed}")
+        worst = max(worst, float(np.max(np.abs(actual - expected))))
+    print(f"n={n}: largest difference {worst:.1e} over {len(SEEDS)} batches")
+    not_positive_definite = -torch.eye(n).expand(3, n, n).contiguous()
+    (actual,) = session.run(None, {"a": not_positive_definite.numpy()})
+    assert np.isnan(actual).any()
+    with pytest.raises(torch.linalg.LinAlgError):
+        model(not_positive_definite)
+
+
+@pytest.mark.parametrize(
+    "rows1, rows2, k, scale", [(5, 7, 3, 1.0), (5, 7, 3, 100.0), (20, 20, 64, 1.0), (30, 40, 256, 10.0)]
+)
+def test_cdist_tolerance_holds_on_many_inputs(example, tmp_path, rows1, rows2, k, scale):
+    """README step 9: ORT's CDist (a GEMM, then sqrt) against torch.cdist within cdist_tolerance(), on 20
+    inputs each, with a row of x2 equal to a row of x1 (distance 0) and another 1e-3 * scale away."""
+    import torch
+
+    example.register_custom_op_symbolic("aten::cdist", example.cdist_contrib, 9)
+    model = example.CDistModel().eval()
+    session = export_and_session(
+        tmp_path,
+        "cdist.onnx",
+        model,
+        (torch.randn(rows1, k), torch.randn(rows2, k)),
+        opset_version=17,
+        input_names=["x1", "x2"],
+        custom_opsets={"com.microsoft": 1},
+    )
+    worst = 0.0
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        x1, x2 = torch.randn(rows1, k) * scale, torch.randn(rows2, k) * scale
+        x2[0] = x1[0]
+        x2[1] = x1[1] + 1e-3 * scale
+        (actual,) = session.run(None, {"x1": x1.numpy(), "x2": x2.numpy()})
+        expected = model(x1, x2).numpy()
+        atol = round(example.cdist_tolerance(x1, x2), 6)  # the README's rule, as test.py computes it
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"seed={seed}")
+        worst = max(worst, float(np.max(np.abs(actual.astype(np.float64) - expected)) / atol))
+    print(f"{rows1}x{k} vs {rows2}x{k}, scale {scale}: largest difference {worst:.2f} of the tolerance")
+
+
 # ---- in separate processes: what would disturb this one -------------------------------------------------
 
 
@@ -319,7 +416,7 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
     reason = "onnxruntime-extensions is not installed: pip install onnxruntime-extensions"
     assert f"SKIP step 1: {reason}" in output and f"SKIP step 7: {reason}" in output, output[-4000:]
     assert "SKIP step 2" not in output and "\nFAIL:" not in output, output[-4000:]
-    for number in range(1, 8):
+    for number in range(1, 10):
         assert f"== {number}. " in output
     # What runs without the package still ran: the models are there, and the plain ORT ones were compared.
     for name in [
@@ -333,4 +430,4 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
     assert "threshold_custom.onnx: ONNX Runtime matches PyTorch" not in output
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     statuses = {n: s["status"] for n, s in summary["steps"].items()}
-    assert statuses == {**{str(n): "runs" for n in range(1, 8)}, "1": "skipped", "7": "skipped"}, statuses
+    assert statuses == {**{str(n): "runs" for n in range(1, 10)}, "1": "skipped", "7": "skipped"}, statuses
