@@ -23,6 +23,8 @@ import onnx
 import onnxruntime as ort
 import torch
 import torch.nn.functional as F
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
 
 # isort: split
 # Test-only imports: the command line and the checks around the lesson's code.
@@ -469,6 +471,64 @@ class OnnxOpsUpsample(torch.nn.Module):
         return F.interpolate(x, scale_factor=scales.tolist()[-2:], mode="bicubic", align_corners=False)
 
 
+class MyLeakyRelu(torch.autograd.Function):
+    """One Function, one LeakyRelu node, under both exporters."""
+
+    @staticmethod
+    def forward(ctx, x, alpha: float):
+        # dynamo=True traces forward: write the node here. dynamo=False traces forward too (and then puts
+        # symbolic's nodes in its place), but torch.onnx.ops fails under its tracer: leave that branch to symbolic.
+        if torch.onnx.is_in_onnx_export() and not torch.jit.is_tracing():
+            return torch.onnx.ops.symbolic("LeakyRelu", (x,), {"alpha": alpha}, dtype=x.dtype, shape=x.shape)
+        return F.leaky_relu(x, alpha)
+
+    @staticmethod
+    def symbolic(g, x, alpha: float):
+        return g.op("LeakyRelu", x, alpha_f=alpha)
+
+
+class MyLeakyReluModel(torch.nn.Module):
+    def forward(self, x):
+        return MyLeakyRelu.apply(x, 0.1)
+
+
+class MyLeakyReluUnguarded(MyLeakyRelu):
+    """The same Function without `not torch.jit.is_tracing()`: torch.onnx.ops then runs under dynamo=False too."""
+
+    @staticmethod
+    def forward(ctx, x, alpha: float):
+        if torch.onnx.is_in_onnx_export():
+            return torch.onnx.ops.symbolic("LeakyRelu", (x,), {"alpha": alpha}, dtype=x.dtype, shape=x.shape)
+        return F.leaky_relu(x, alpha)
+
+
+class MyLeakyReluUnguardedModel(torch.nn.Module):
+    def forward(self, x):
+        return MyLeakyReluUnguarded.apply(x, 0.1)
+
+
+class MinMaxOnnxOps(torch.nn.Module):
+    """The min and the max over the last axis, as ONE node with two outputs, in a domain of our own."""
+
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export():
+            reduced = x.shape[:-1]
+            low, high = torch.onnx.ops.symbolic_multi_out(
+                "tutorial::MinMax", (x,), {"axis": -1}, dtypes=(x.dtype, x.dtype), shapes=(reduced, reduced), version=1
+            )
+            return low, high
+        return torch.aminmax(x, dim=-1)
+
+
+class MinMax(OpRun):
+    """tutorial::MinMax in Python, for ONNX's reference evaluator (ONNX Runtime has no kernel for it)."""
+
+    op_domain = "tutorial"  # the class name is the op type
+
+    def _run(self, x, axis=None):
+        return (x.min(axis=axis), x.max(axis=axis))
+
+
 def step6_dynamo() -> None:
     print("\n== 6. The torch.export-based exporter (dynamo=True) ==")
     if TORCH < (2, 8):
@@ -598,6 +658,56 @@ def step6_dynamo() -> None:
             " one goes the same way but checks out at both factors; dynamo=True's default opset is 18, not 20"
         )
 
+    x_lr = torch.randn(2, 3, 4)
+    torch.onnx.export(
+        MyLeakyReluModel(), (x_lr,), "my_leaky_relu.onnx", dynamo=False, opset_version=17, input_names=["x"]
+    )
+    torch.onnx.export(
+        MyLeakyReluModel().eval(), (x_lr,), "my_leaky_relu_dynamo.onnx", dynamo=True, verbose=False, external_data=False
+    )
+    nodes = []
+    for path in ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx"):
+        (node,) = onnx.load(path).graph.node
+        nodes.append((node.domain or "ai.onnx", node.op_type, str(onnx.helper.get_attribute_value(node.attribute[0]))))
+        print(f"  {path}: one node,", " ".join(nodes[-1][:2]), f"{node.attribute[0].name}={nodes[-1][2]}")
+        (actual,) = run_ort(path, {"x": x_lr.numpy()})
+        compare(path, actual, MyLeakyReluModel()(x_lr), rtol=0, atol=0)
+    assert nodes[0] == nodes[1], nodes  # the same node, whichever exporter wrote it
+
+    for path in ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx"):
+        model = show(path)
+        assert [(a.name, a.type) for a in model.graph.node[0].attribute] == [("alpha", onnx.AttributeProto.FLOAT)]
+        assert [i.name for i in model.graph.input] == ["x"], [i.name for i in model.graph.input]
+
+    with expect_error("unsupported input list type: Tensor?"):
+        torch.onnx.export(MyLeakyReluUnguardedModel(), (x_lr,), "failures/my_leaky_relu_unguarded.onnx", dynamo=False)
+
+    m = torch.randn(2, 3, 5)
+    torch.onnx.export(
+        MinMaxOnnxOps().eval(),
+        (m,),
+        "min_max_onnx_ops_dynamo.onnx",
+        dynamo=True,
+        verbose=False,
+        external_data=False,
+        output_names=["low", "high"],
+    )
+    model = onnx.load("min_max_onnx_ops_dynamo.onnx")
+    onnx.checker.check_model(model, full_check=True)  # it checks the opset import of "tutorial", not the op
+    (node,) = model.graph.node
+    print(f"  symbolic_multi_out: one node, {node.domain}.{node.op_type}, outputs {list(node.output)}")
+    low, high = ReferenceEvaluator(model, new_ops=[MinMax]).run(None, {"x": m.numpy()})
+    expected = MinMaxOnnxOps()(m)
+    np.testing.assert_array_equal(low, expected.min.numpy())
+    np.testing.assert_array_equal(high, expected.max.numpy())
+    print("  min_max_onnx_ops_dynamo.onnx: ONNX's reference evaluator matches PyTorch (low and high, exactly)")
+    with expect_error("MinMax(-1) is not a registered function/op"):
+        run_ort("min_max_onnx_ops_dynamo.onnx", {"x": m.numpy()})  # plain ONNX Runtime has no such op
+
+    show("min_max_onnx_ops_dynamo.onnx")
+    assert [(o.domain, o.version) for o in model.opset_import if o.domain] == [("tutorial", 1)], model.opset_import
+    assert [o.name for o in model.graph.output] == ["low", "high"] == list(node.output)
+
 
 def draft_export_freezes_the_factor(x, factor3) -> None:
     """torch 2.8 only: the export that fails in step 6 on later torch succeeds here, and the model is wrong."""
@@ -647,6 +757,9 @@ KEPT = {
         "my_add_onnx_ops_dynamo.onnx",
         "split_onnx_ops_dynamo.onnx",
         "super_resolution_dynamo.onnx",
+        "my_leaky_relu.onnx",
+        "my_leaky_relu_dynamo.onnx",
+        "min_max_onnx_ops_dynamo.onnx",
     ),
 }
 FAILURES = (
@@ -655,6 +768,7 @@ FAILURES = (
     "failures/my_add_cpp_dynamo.onnx",
     "failures/super_resolution_function_dynamo.onnx",  # written on torch 2.8 only: the draft-export model
     "failures/my_add_onnx_ops.onnx",
+    "failures/my_leaky_relu_unguarded.onnx",
 )
 STEPS = (step1_my_relu, step2_my_add, step3_cpp_extension, step4_super_resolution, step5_backward, step6_dynamo)
 

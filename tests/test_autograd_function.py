@@ -67,6 +67,9 @@ def ops(model):
         ("my_add_dynamo.onnx", ["Mul", "Add"]),
         ("my_add_onnx_ops_dynamo.onnx", ["Mul", "Add"]),
         ("split_onnx_ops_dynamo.onnx", ["Split", "Mul"]),
+        ("my_leaky_relu.onnx", ["LeakyRelu"]),
+        ("my_leaky_relu_dynamo.onnx", ["LeakyRelu"]),
+        ("min_max_onnx_ops_dynamo.onnx", ["MinMax"]),
     ],
 )
 def test_op_types(run, filename, expected):
@@ -80,6 +83,40 @@ def test_every_step_runs_on_the_pinned_torch(run):
     statuses = {number: step["status"] for number, step in summary["steps"].items()}
     assert statuses == {str(n): "runs" for n in range(1, 7)}, statuses
     assert "on torch" not in run.output and "SKIP" not in run.output  # no differs() line, no skipped step
+
+
+def test_one_function_writes_the_same_node_under_both_exporters(run):
+    """MyLeakyRelu: symbolic (dynamo=False), torch.onnx.ops (dynamo=True): one identical node; exact on 20 seeds."""
+    nodes = [run.model(f).graph.node for f in ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx")]
+    assert [len(n) for n in nodes] == [1, 1]
+    assert nodes[0][0].op_type == nodes[1][0].op_type == "LeakyRelu" and nodes[0][0].domain == nodes[1][0].domain == ""
+    assert list(nodes[0][0].attribute) == list(nodes[1][0].attribute)  # name, type and value
+    sessions = [
+        ort.InferenceSession(str(run.out / f), providers=["CPUExecutionProvider"])
+        for f in ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx")
+    ]
+    for seed in SEEDS:
+        x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(seed)) * 10
+        expected = example.MyLeakyReluModel()(x).numpy()
+        for session in sessions:
+            np.testing.assert_array_equal(session.run(None, {"x": x.numpy()})[0], expected)
+
+
+def test_two_outputs_as_one_custom_node(run):
+    """symbolic_multi_out: one tutorial::MinMax node, two outputs, exact in the reference evaluator on 20 seeds."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = run.model("min_max_onnx_ops_dynamo.onnx")
+    (node,) = model.graph.node
+    assert (node.domain, node.op_type, list(node.output)) == ("tutorial", "MinMax", ["low", "high"])
+    assert {o.domain: o.version for o in model.opset_import}["tutorial"] == 1
+    evaluator = ReferenceEvaluator(model, new_ops=[example.MinMax])
+    for seed in SEEDS:
+        x = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(seed))
+        low, high = evaluator.run(None, {"x": x.numpy()})
+        np.testing.assert_array_equal(low, x.amin(-1).numpy())
+        np.testing.assert_array_equal(high, x.amax(-1).numpy())
+    assert not (run.out / "failures/my_leaky_relu_unguarded.onnx").exists()  # the unguarded export failed
 
 
 def test_cpp_call_without_a_function_is_a_constant_of_zeros(run):
