@@ -1,7 +1,7 @@
 """Draw an ONNX model's graph as a Mermaid flowchart, and keep the pictures in the READMEs in step with the models.
 
     python draw_graphs.py MODEL.onnx                   print the picture of one model
-    python draw_graphs.py --write [FOLDER ...]         redraw the pictures in FOLDER/README.md (default: every folder)
+    python draw_graphs.py --write [FOLDER ...]         redraw the pictures in FOLDER/README.md and README.zh-CN.md
     python draw_graphs.py --check [FOLDER ...]         exit 1, naming them, if a picture differs from its model
 
 A README marks a picture with a comment line `<!-- graph: NAME.onnx -->` directly followed by a ```mermaid block;
@@ -255,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.write:
             readme_path.write_text(new, encoding="utf-8")
             print(f"{folder}/README.md: redrawn ({names})")
+        twin = readme_path.with_name("README.zh-CN.md")  # the Chinese page holds the same pictures
+        if args.write and twin.is_file():
+            translated = twin.read_text(encoding="utf-8")
+            redrawn = redraw(translated, models)
+            if redrawn != translated:
+                twin.write_text(redrawn, encoding="utf-8")
+                print(f"{folder}/README.zh-CN.md: redrawn")
         else:
             stale = [a for (a, old), (_, fresh) in zip(pictures(readme), pictures(new), strict=True) if old != fresh]
             print(f"FAIL: {folder}/README.md: out of date: {', '.join(stale)}; fix: {fix_command(folder)}")

@@ -1,4 +1,4 @@
-"""Run every example on each torch stack the repository supports, and keep README.md's version table.
+"""Run every example on each torch stack the repository supports; keep README.md's version table and ERRORS.md.
 
 A stack is one set of pinned packages: `requirements.txt` (torch 2.14.1, the default path) or a file
 under `stacks/` (the same pins with an older torch and torchvision). Each stack gets its own virtual
@@ -9,9 +9,12 @@ torch) beside its models under `.stacks/STACK/NAME/`.
     python run_stacks.py                          # every stack: build what is missing, run every example
     python run_stacks.py torch-2.8                # one stack
     python run_stacks.py --python torch-2.14=.venv/bin/python   # use an interpreter you already have
-    python run_stacks.py --write-table            # then rewrite README.md's table from all stacks' runs
-    python run_stacks.py --no-run --write-table   # rewrite it from the last runs (under .stacks/) only
-    python run_stacks.py torch-2.4 --check-table  # fail when README.md's column for a stack run differs
+    python run_stacks.py --write-table            # then rewrite README.md's table and ERRORS.md from all runs
+    python run_stacks.py --no-run --write-table   # rewrite them from the last runs (under .stacks/) only
+    python run_stacks.py torch-2.4 --check-table  # fail when README.md's column or ERRORS.md differ for a stack
+
+ERRORS.md lists every error the examples reproduce (each example records them in its steps.json), with the
+torch versions that reproduced it: --write-table needs a run of every stack.
 
 Exit status: 0 when every example passed on every stack run (and the table matched, with
 --check-table), 1 otherwise, 2 for a bad command line.
@@ -36,6 +39,28 @@ STACKS = {  # name -> the requirements file that pins it; the last is the defaul
 RESULTS = ROOT / ".stacks"
 TABLE_BEGIN = "<!-- version table: written by `python run_stacks.py --write-table`; do not edit by hand -->"
 TABLE_END = "<!-- end of version table -->"
+ERRORS = ROOT / "ERRORS.md"
+RAISED_BY = {  # what raises an error (CAUSES in each test.py) -> its section of ERRORS.md, in this order
+    "dynamo=False": "`torch.onnx.export(..., dynamo=False)`: the TorchScript-based exporter",
+    "dynamo=True": "`torch.onnx.export(..., dynamo=True)`, and `torch.export.export`, its first step",
+    "onnx.checker": "`onnx.checker.check_model(..., full_check=True)`",
+    "ONNX Runtime": "ONNX Runtime, loading or running an exported model",
+    "RKNN-Toolkit2": "RKNN-Toolkit2 2.5.0, converting an exported model",
+    "PyTorch": "PyTorch itself, before any export",
+}
+ERRORS_HEADER = """# Every error the examples reproduce
+
+Written by `python run_stacks.py --write-table` from what the examples reproduced on each torch; do not
+edit by hand. Each example's `test.py` records every error its `expect_error` reproduces (the lines it
+prints, in `steps.json` beside its models) with the cause its `CAUSES` gives; CI and the test suite fail
+while this page differs from what the examples reproduce.
+
+Search this page for the first line of your error. When that line is generic (`ConversionError: Failed
+to convert the exported program ...`), the example also prints the line further down that names the
+cause: search for that one. `torch` lists the versions on which the example reproduced the message word
+for word; `[Caused by ...]` tails and memory addresses are cut. Warnings and silent failures, which raise
+nothing, are in each folder's "Errors this folder fixes". Back to the [README](README.md).
+"""
 
 
 def environment(stack: str) -> pathlib.Path:
@@ -137,13 +162,109 @@ def column(table_text: str, stack: str) -> dict[tuple[str, str], str]:
 
 
 def write_table(text: str) -> None:
-    readme = ROOT / "README.md"
-    content = readme.read_text(encoding="utf-8")
-    if TABLE_BEGIN not in content:
-        raise SystemExit(f"README.md has no {TABLE_BEGIN!r} marker to write the table after")
-    before, rest = content.split(TABLE_BEGIN, 1)
-    after = rest.split(TABLE_END, 1)[1]
-    readme.write_text(f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8")
+    """The table in README.md, and the same table in its Chinese twin, README.zh-CN.md."""
+    for readme in (ROOT / "README.md", ROOT / "README.zh-CN.md"):
+        if not readme.is_file():
+            continue
+        content = readme.read_text(encoding="utf-8")
+        if TABLE_BEGIN not in content:
+            raise SystemExit(f"{readme.name} has no {TABLE_BEGIN!r} marker to write the table after")
+        before, rest = content.split(TABLE_BEGIN, 1)
+        after = rest.split(TABLE_END, 1)[1]
+        readme.write_text(f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# ERRORS.md
+# ---------------------------------------------------------------------------------------------
+
+
+def anchor(title: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def clean(line: str) -> str:
+    """A reproduced line as ERRORS.md shows it: no '[Caused by ...]' tail (graph values, file paths), no
+    memory addresses."""
+    line = re.sub(r"\s*\[Caused by .*", " [Caused by ...]", line)
+    return re.sub(r"0x[0-9a-f]{6,}", "0x...", line).strip()
+
+
+def code(text: str) -> str:
+    """TEXT as an inline code span inside a table cell."""
+    text = text.replace("|", "\\|")
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def error_rows(summary: dict | None, name: str) -> set[tuple[str, str, str, str]]:
+    """(section, error cell, cause cell, step cell) of each error the run of example NAME reproduced."""
+    if summary is None:
+        return set()
+    titles = dict(readme_steps(name))
+    rows = set()
+    for number, step in summary["steps"].items():
+        for entry in step.get("reproduced", []):
+            error = code(clean(entry["error"]))
+            if entry["further_down"]:
+                error += "<br>further down: " + code(clean(entry["further_down"]))
+            heading = f"{number}. {titles.get(number, '')}"
+            link = f"[`{name}/` step {number}]({name}/README.md#{anchor(heading)})"
+            rows.add((entry["raised_by"], error, entry["cause"].replace("|", "\\|"), link))
+    return rows
+
+
+def errors_page(summaries: dict[str, dict[str, dict | None]]) -> str:
+    """ERRORS.md: one row per error, with the torch versions that reproduced it, grouped by what raises it."""
+    versions: dict[tuple[str, str, str, str], list[str]] = {}
+    for stack in STACKS:
+        for name in examples():
+            for row in error_rows(summaries[stack].get(name), name):
+                versions.setdefault(row, []).append(torch_version(stack))
+    unknown = {row[0] for row in versions} - set(RAISED_BY)
+    if unknown:
+        raise SystemExit(f"CAUSES names what raises an error as {sorted(unknown)}; ERRORS.md knows {list(RAISED_BY)}")
+    parts = [ERRORS_HEADER]
+    for raised_by, title in RAISED_BY.items():
+        rows = sorted(row for row in versions if row[0] == raised_by)
+        if not rows:
+            continue
+        parts.append(f"## {title}\n")
+        lines = ["| error | torch | cause | fixed in |", "| --- | --- | --- | --- |"]
+        for row in rows:
+            _, error, cause, link = row
+            lines.append(f"| {error} | {', '.join(versions[row])} | {cause} | {link} |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def committed_errors(stack: str) -> set[tuple[str, str, str, str]]:
+    """The rows of the committed ERRORS.md whose torch cell names STACK's version, as error_rows() gives them."""
+    if not ERRORS.is_file():
+        return set()
+    by_title = {title: raised_by for raised_by, title in RAISED_BY.items()}
+    rows, section = set(), None
+    for line in ERRORS.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = by_title.get(line[3:].strip())
+        elif line.startswith("| ") and not line.startswith(("| error |", "| --- |")) and section:
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if len(cells) == 4 and torch_version(stack) in [v.strip() for v in cells[1].split(",")]:
+                rows.add((section, cells[0], cells[2], cells[3]))
+    return rows
+
+
+def errors_differ(stack: str, summaries: dict[str, dict | None], names: list[str]) -> list[str]:
+    """What ERRORS.md says of STACK that its runs of NAMES do not reproduce, and the other way round."""
+    wrong = []
+    for name in names:
+        have = error_rows(summaries.get(name), name)
+        want = {row for row in committed_errors(stack) if row[3].startswith(f"[`{name}/`")}
+        wrong += [f"{name}: ERRORS.md lists {row[1]} (step {row[3]}), not reproduced" for row in sorted(want - have)]
+        wrong += [f"{name}: reproduced {row[1]} ({row[3]}), not in ERRORS.md" for row in sorted(have - want)]
+    return wrong
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stacks", nargs="*", metavar="STACK", help=f"stacks to run: {', '.join(STACKS)} (default: all)")
     parser.add_argument("--python", action="append", default=[], metavar="STACK=PATH", help="use PATH for STACK")
-    parser.add_argument("--write-table", action="store_true", help="rewrite README.md's table from the runs")
-    parser.add_argument("--check-table", action="store_true", help="fail when README.md's table differs")
+    parser.add_argument("--write-table", action="store_true", help="rewrite README.md's table and ERRORS.md")
+    parser.add_argument("--check-table", action="store_true", help="fail when README.md's table or ERRORS.md differ")
     parser.add_argument("--examples", nargs="+", default=[], metavar="NAME", help="run only these examples")
     parser.add_argument("--no-run", action="store_true", help="only write or check the table, from the last runs")
     args = parser.parse_args(argv)
@@ -178,7 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     summaries = {s: {name: load_summary(s, name) for name in examples()} for s in STACKS}
     if args.write_table:
         write_table(table(summaries))
-        print("wrote the version table in README.md")
+        print("wrote the version table in README.md and README.zh-CN.md")
+        missing = [f"{s}/{name}" for s in STACKS for name, summary in summaries[s].items() if summary is None]
+        if missing:
+            print(f"ERRORS.md not written: no run of {', '.join(missing)} (run every stack first)")
+            failed.append("ERRORS.md")
+        else:
+            ERRORS.write_text(errors_page(summaries), encoding="utf-8")
+            print("wrote ERRORS.md")
     if args.check_table:
         fresh, committed = table(summaries), committed_table()
         for stack in selected:
@@ -191,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
             if wrong:
                 print(f"README.md's version table is out of date for {stack}:\n  " + "\n  ".join(wrong))
                 failed.append(f"{stack} table")
+            wrong = errors_differ(stack, summaries[stack], args.examples or examples())
+            if wrong:
+                print(f"ERRORS.md is out of date for {stack}:\n  " + "\n  ".join(wrong))
+                failed.append(f"{stack} ERRORS.md")
     if failed:
         print(f"\nFAILED: {', '.join(failed)}")
         return 1

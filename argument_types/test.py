@@ -642,7 +642,35 @@ STEPS = (
 )
 
 
+
+# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
+# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+CAUSES = {
+    'all_kinds: mode must be "sum" or "max"': (
+        "PyTorch",
+        'the op\'s C++ kernel checks its `str mode` argument (`TORCH_CHECK`) and refuses "mean"',
+    ),
+    "Parameter dims has unsupported type list[int]": (
+        "PyTorch",
+        "`torch.library.custom_op` before torch 2.7 knows `typing.List[int]` and `typing.Sequence[int]`, not "
+        "the builtin `list[int]`",
+    ),
+    "Mismatched attribute type in ' : alpha'. Expected: 'FLOAT', actual: 'INT'": (
+        "onnx.checker",
+        "an attribute written with the wrong type (an int for `alpha`) against the registered schema, which "
+        "says FLOAT",
+    ),
+    "has input size 1 not in range [min=2, max=2]": (
+        "ONNX Runtime",
+        "onnxruntime-extensions' `PyCustomOpDef` has no optional input: a kernel declared with two inputs "
+        "refuses the node without `bias`",
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
+    globals()["expect_error"] = recording(expect_error)
     args = parse_command_line(argv)
     out = args.out.resolve()
     owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
@@ -940,6 +968,56 @@ def ninja_problem() -> str:
     if shutil.which("ninja") is None:
         return f"ninja is not installed for {sys.executable}: run `{sys.executable} -m pip install ninja`"
     return ""
+
+
+def recording(expect_error):
+    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
+    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
+    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
+    if getattr(expect_error, "records", False):
+        return expect_error
+
+    @contextlib.contextmanager
+    def recorded(expected):
+        printed: list[str] = []
+        saved = sys.stdout
+        sys.stdout = Tee(saved, printed)
+        try:
+            with expect_error(expected):
+                yield
+        finally:
+            sys.stdout = saved
+        record_reproduced(expected, "".join(printed))
+
+    recorded.records = True
+    return recorded
+
+
+class Tee:
+    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept = stream, kept
+
+    def write(self, text: str) -> int:
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def record_reproduced(expected: str, printed: str) -> None:
+    step = CURRENT_STEP[0]
+    lines = printed.splitlines()
+    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
+    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
+    keys = [key for key in CAUSES if key in expected]
+    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
+    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
+    raised_by, cause = CAUSES[keys[0]]
+    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 
 if __name__ == "__main__":

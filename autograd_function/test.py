@@ -773,7 +773,50 @@ FAILURES = (
 STEPS = (step1_my_relu, step2_my_add, step3_cpp_extension, step4_super_resolution, step5_backward, step6_dynamo)
 
 
+
+# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
+# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+CAUSES = {
+    "min has inconsistent type tensor(float)": (
+        "onnx.checker",
+        "the `symbolic` wrote `min` as a float32 constant while the model ran on a float64 input: `Clip`'s "
+        "inputs share one type; build constants in the input's dtype",
+    ),
+    "Type parameter (T) of Optype (Clip) bound to different types": (
+        "ONNX Runtime",
+        "the same model in ONNX Runtime: `Clip` got a float64 input and a float32 `min`; build constants in "
+        "the input's dtype",
+    ),
+    "You must implement either the backward or vjp method": (
+        "PyTorch",
+        "`backward()` through a Function without `backward`: export never calls it, training does",
+    ),
+    "The tensor has a non-zero number of elements, but its data is not allocated yet": (
+        "dynamo=True",
+        "`torch.export` runs the Function's C++ extension call on fake tensors, which have no data: make it a "
+        "`torch.library` op with a fake kernel",
+    ),
+    "argument 'scale_factors' must be tuple of floats, but found element of type SymFloat": (
+        "dynamo=True",
+        "`torch.export` (step 1 of `dynamo=True`) traces the scale factor read from a tensor as a symbolic "
+        "float, which `upsample_bicubic2d` refuses",
+    ),
+    "unsupported input list type: Tensor?": (
+        "dynamo=False",
+        "`torch.onnx.ops.symbolic*` in `forward` is for `dynamo=True`: under `dynamo=False` call it only when "
+        "`not torch.jit.is_tracing()` and let `symbolic` write the node",
+    ),
+    "MinMax(-1) is not a registered function/op": (
+        "ONNX Runtime",
+        "a custom-domain node (`tutorial::MinMax`) with no kernel in ONNX Runtime: register one, or check the "
+        "model in `onnx.reference` with a Python op",
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
+    globals()["expect_error"] = recording(expect_error)
     args = parse_command_line(argv)
     out = args.out.resolve()
     owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
@@ -835,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"\nFAIL: these models were not written: {', '.join(missing)}")
         return 1
-    print(f"\nPASS: every model in {out} checked and matched PyTorch in ONNX Runtime")
+    print(f"\nPASS: every model in {out} checked and matched PyTorch (ONNX Runtime or onnx.reference)")
     return 0
 
 
@@ -1051,6 +1094,56 @@ def build_problem() -> str:
     if not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file():
         return "no Python headers (Python.h): install your Python's development package"
     return ninja_problem()
+
+
+def recording(expect_error):
+    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
+    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
+    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
+    if getattr(expect_error, "records", False):
+        return expect_error
+
+    @contextlib.contextmanager
+    def recorded(expected):
+        printed: list[str] = []
+        saved = sys.stdout
+        sys.stdout = Tee(saved, printed)
+        try:
+            with expect_error(expected):
+                yield
+        finally:
+            sys.stdout = saved
+        record_reproduced(expected, "".join(printed))
+
+    recorded.records = True
+    return recorded
+
+
+class Tee:
+    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept = stream, kept
+
+    def write(self, text: str) -> int:
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def record_reproduced(expected: str, printed: str) -> None:
+    step = CURRENT_STEP[0]
+    lines = printed.splitlines()
+    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
+    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
+    keys = [key for key in CAUSES if key in expected]
+    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
+    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
+    raised_by, cause = CAUSES[keys[0]]
+    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 
 if __name__ == "__main__":

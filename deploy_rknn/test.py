@@ -623,7 +623,38 @@ RESULTS: dict = {"comparisons": {}, "reproduced": [], "evidence": {}, "skipped":
 MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
 
 
+
+# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
+# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+CAUSES = {
+    "Please call rknn.config first!": (
+        "RKNN-Toolkit2",
+        "`load_onnx` before `config()`: RKNN needs the target and preprocessing settings first",
+    ),
+    "The 'target_platform' has not been set yet": (
+        "RKNN-Toolkit2",
+        "`config()` without `target_platform`: a `.rknn` file is built for one chip",
+    ),
+    "No opset import for domain 'rknn_cst'": (
+        "RKNN-Toolkit2",
+        "`build()` with a custom-domain node and no class registered for it with `reg_custom_op`",
+    ),
+    "Unsupport onnx opset 20, need <= 19!": (
+        "RKNN-Toolkit2",
+        "a `dynamo=True` model without `opset_version`: torch 2.9+ writes opset 20, RKNN-Toolkit2 2.5.0 reads "
+        "up to 19",
+    ),
+    "IndexError: _Map_base::at": (
+        "RKNN-Toolkit2",
+        "a `dynamo=True` model that lists the custom domain before the default one in `opset_import`: RKNN's "
+        "version converter fails",
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
+    globals()["expect_error"] = recording(expect_error)
     args = parse_command_line(argv)
     out = args.out.resolve()
     if args.rknn_half:
@@ -985,6 +1016,56 @@ def run_second_half(out: pathlib.Path) -> None:
         STEP_STATUS.update({int(number): status for number, status in steps.items()})
     assert proc.returncode == 0, f"the second half (steps 4-8) exited {proc.returncode}"
     print(f"\n  steps 4-8 took {time.monotonic() - start:.0f} s")
+
+
+def recording(expect_error):
+    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
+    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
+    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
+    if getattr(expect_error, "records", False):
+        return expect_error
+
+    @contextlib.contextmanager
+    def recorded(expected):
+        printed: list[str] = []
+        saved = sys.stdout
+        sys.stdout = Tee(saved, printed)
+        try:
+            with expect_error(expected):
+                yield
+        finally:
+            sys.stdout = saved
+        record_reproduced(expected, "".join(printed))
+
+    recorded.records = True
+    return recorded
+
+
+class Tee:
+    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept = stream, kept
+
+    def write(self, text: str) -> int:
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def record_reproduced(expected: str, printed: str) -> None:
+    step = CURRENT_STEP[0]
+    lines = printed.splitlines()
+    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
+    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
+    keys = [key for key in CAUSES if key in expected]
+    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
+    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
+    raised_by, cause = CAUSES[keys[0]]
+    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 
 if __name__ == "__main__":

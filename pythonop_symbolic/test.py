@@ -412,7 +412,36 @@ FAILURES = (
 STEPS = (step1_without_symbolic, step2_one_symbolic, step3_dispatch_on_arguments, step4_dynamo)
 
 
+
+# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
+# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+CAUSES = {
+    "Couldn't export Python operator MyClip": (
+        "dynamo=False",
+        "a `torch.autograd.Function` with no `symbolic` method and no rule registered for `prim::PythonOp` (a "
+        "registration under `::prim_PythonOp` is filed as `aten::prim_PythonOp` and never looked up)",
+    ),
+    "tuple index out of range": (
+        "dynamo=False",
+        "a torch 1.x `symbolic_pythonop(g, n, *args, **kwargs)`: the exporter now calls it without `n`, so "
+        "every argument shifts by one",
+    ),
+    "no ONNX translation for autograd.Function": (
+        "dynamo=False",
+        "the `prim::PythonOp` symbolic's own error for a Function its table does not name: add the Function "
+        "to the table",
+    ),
+    "No ONNX function found for <OpOverload(op='pythonop_demo.my_relu'": (
+        "dynamo=True",
+        "the custom op has no ONNX translation: `dynamo=True` ignores symbolics; give it a "
+        "`custom_translation_table` entry",
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
+    globals()["expect_error"] = recording(expect_error)
     args = parse_command_line(argv)
     out = args.out.resolve()
     owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
@@ -652,6 +681,56 @@ def captured(sink: list[str]):
             tmp.seek(0)
             text = tmp.read().decode(errors="replace")
             sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
+
+
+def recording(expect_error):
+    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
+    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
+    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
+    if getattr(expect_error, "records", False):
+        return expect_error
+
+    @contextlib.contextmanager
+    def recorded(expected):
+        printed: list[str] = []
+        saved = sys.stdout
+        sys.stdout = Tee(saved, printed)
+        try:
+            with expect_error(expected):
+                yield
+        finally:
+            sys.stdout = saved
+        record_reproduced(expected, "".join(printed))
+
+    recorded.records = True
+    return recorded
+
+
+class Tee:
+    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept = stream, kept
+
+    def write(self, text: str) -> int:
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def record_reproduced(expected: str, printed: str) -> None:
+    step = CURRENT_STEP[0]
+    lines = printed.splitlines()
+    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
+    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
+    keys = [key for key in CAUSES if key in expected]
+    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
+    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
+    raised_by, cause = CAUSES[keys[0]]
+    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 
 if __name__ == "__main__":

@@ -860,7 +860,90 @@ STEPS = (
 )
 
 
+
+# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
+# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+CAUSES = {
+    "Unsupported: ONNX export of operator threshold, non-zero threshold": (
+        "dynamo=False",
+        "the built-in symbolic for `aten::threshold` handles only `threshold == 0`: register your own for "
+        "other values",
+    ),
+    "Invalid attribute specifier 'param_fs'": (
+        "dynamo=False",
+        "`g.op` attribute names end in a one-letter type suffix (`_i`, `_f`, `_s`, `_t`, ...), lists "
+        "included: a list of floats is `param_f=[...]`, not `param_fs`",
+    ),
+    "Unable to find attribute 'threshold'": (
+        "ONNX Runtime",
+        "the onnxruntime-extensions kernel reads a scalar float attribute `threshold` that the node does not "
+        "have (the symbolic dropped the arguments, or wrote them as one list)",
+    ),
+    "Exporting the operator 'aten::asinh' to ONNX opset version": (
+        "dynamo=False",
+        "PyTorch has no symbolic for `aten::asinh` at any opset, though ONNX has `Asinh` from opset 9: "
+        "register one (a one-to-one mapping)",
+    ),
+    "unrecognized namespace {op_name}": (
+        "dynamo=False",
+        "torch 2.8.0's text for an op of a library namespace (`torchvision::deform_conv2d`) with no symbolic: "
+        "its name is missing from the message",
+    ),
+    "unrecognized namespace torchvision::deform_conv2d": (
+        "dynamo=False",
+        "a library's op (`torchvision::deform_conv2d`) with no symbolic: register one for its namespace and "
+        "name",
+    ),
+    "torchvision:deform_conv2d(-1) is not a registered function/op": (
+        "ONNX Runtime",
+        "`operator_export_type=ONNX_FALLTHROUGH` wrote the op as a `torchvision` node that no runtime "
+        "implements",
+    ),
+    "org.pytorch.aten:ATen(-1) is not a registered function/op": (
+        "ONNX Runtime",
+        "`operator_export_type=ONNX_ATEN_FALLBACK` wrote an `ATen` node, meant for a runtime linked with "
+        "PyTorch",
+    ),
+    "custom:deform_conv2d(-1) is not a registered function/op": (
+        "ONNX Runtime",
+        "a symbolic that writes a custom-domain node: ONNX Runtime has no kernel for it (and this placeholder "
+        "dropped `bias` and `mask`)",
+    ),
+    "No Op registered for DeformConv with domain_version of 18": (
+        "onnx.checker",
+        "`dynamo=True` before torch 2.9 exports at opset 18 by default; ONNX has `DeformConv` only from opset "
+        "19: pass `opset_version`",
+    ),
+    "No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'": (
+        "dynamo=True",
+        "an onnxscript translation writing a custom-domain op needs the op's schema: register an "
+        "`onnx.defs.OpSchema` first",
+    ),
+    "No ONNX function found for <OpOverload(op='aten.linalg_cholesky_ex'": (
+        "dynamo=True",
+        "`torch.linalg.cholesky` was decomposed into `aten.linalg_cholesky_ex`, which has no translation: key "
+        "`custom_translation_table` on the op the model calls",
+    ),
+    "KeyError: <bound method OpOverload.name of <OpOverload(op='aten._linalg_check_errors'": (
+        "dynamo=True",
+        "a translation keyed on the decomposed op (`aten.linalg_cholesky_ex`) leaves its error check behind a "
+        "`with_effects` node the exporter cannot translate",
+    ),
+    "No ONNX function found for <OpOverload(op='aten._cdist_forward'": (
+        "dynamo=True",
+        "`torch.cdist` reaches the exporter as `aten._cdist_forward`, which has no translation",
+    ),
+    "No schema registered for 'CDist' version '1' and domain 'com.microsoft'": (
+        "dynamo=True",
+        "an onnxscript translation writing an ONNX Runtime contrib op still needs its schema registered with "
+        "ONNX",
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
+    globals()["expect_error"] = recording(expect_error)
     args = parse_command_line(argv)
     out = args.out.resolve()
     owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
@@ -1095,6 +1178,56 @@ def output_dims(model: onnx.ModelProto) -> list[int | str]:
 
 def opsets_of(model: onnx.ModelProto) -> dict[str, int]:
     return {o.domain: o.version for o in model.opset_import}
+
+
+def recording(expect_error):
+    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
+    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
+    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
+    if getattr(expect_error, "records", False):
+        return expect_error
+
+    @contextlib.contextmanager
+    def recorded(expected):
+        printed: list[str] = []
+        saved = sys.stdout
+        sys.stdout = Tee(saved, printed)
+        try:
+            with expect_error(expected):
+                yield
+        finally:
+            sys.stdout = saved
+        record_reproduced(expected, "".join(printed))
+
+    recorded.records = True
+    return recorded
+
+
+class Tee:
+    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept = stream, kept
+
+    def write(self, text: str) -> int:
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def record_reproduced(expected: str, printed: str) -> None:
+    step = CURRENT_STEP[0]
+    lines = printed.splitlines()
+    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
+    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
+    keys = [key for key in CAUSES if key in expected]
+    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
+    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
+    raised_by, cause = CAUSES[keys[0]]
+    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 
 if __name__ == "__main__":

@@ -549,7 +549,49 @@ STEPS = (
 )
 
 
+
+# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
+# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+CAUSES = {
+    "ONNX export failed on an operator with unrecognized namespace": (
+        "dynamo=False",
+        "your C++ op (`cst::dual_residual`) has no symbolic: register one with `register_custom_op_symbolic`",
+    ),
+    "rknn_cst:cstDualResidual(-1) is not a registered function/op": (
+        "ONNX Runtime",
+        "the custom-domain node is meant for RKNN: ONNX Runtime has no kernel for it unless you register one",
+    ),
+    "unpack the ListConstruct node that is not a list of integers": (
+        "dynamo=False",
+        '`parse_args("fs")` on an op registered with `torch::RegisterOperators`: the traced float list stays '
+        'a `prim::ListConstruct`; take it as `"v"` (or register the op with `TORCH_LIBRARY`)',
+    ),
+    "UnsupportedOperatorException'>: cst_lib.dual_residual.default": (
+        "dynamo=True",
+        "a `torch.library` op with no fake kernel: `torch.export` cannot trace it on fake tensors; add "
+        "`register_fake`",
+    ),
+    "UnsupportedOperatorException: cst_lib.dual_residual.default": (
+        "dynamo=True",
+        "`torch.export.export` (step 1 of `dynamo=True`) on a `torch.library` op with no fake kernel: add "
+        "`register_fake`",
+    ),
+    "No ONNX function found for <OpOverload(op='cst_lib.dual_residual'": (
+        "dynamo=True",
+        "the custom op has no ONNX translation: `dynamo=True` ignores symbolics; give it a "
+        "`custom_translation_table` entry",
+    ),
+    "No schema registered for 'cstDualResidual' version '1' and domain 'rknn_cst'": (
+        "dynamo=True",
+        "an onnxscript translation writing a custom-domain op needs the op's schema: register an "
+        "`onnx.defs.OpSchema` first",
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
+    globals()["expect_error"] = recording(expect_error)
     args = parse_command_line(argv)
     out = args.out.resolve()
     owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
@@ -807,6 +849,56 @@ def replay(text: str, also: str) -> list[str]:
     rest = "\n".join(line for line in text.splitlines() if line.strip() and line not in reproduced)
     assert not rest or rest.startswith(also), f"unexpected output:\n{rest}"
     return reproduced
+
+
+def recording(expect_error):
+    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
+    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
+    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
+    if getattr(expect_error, "records", False):
+        return expect_error
+
+    @contextlib.contextmanager
+    def recorded(expected):
+        printed: list[str] = []
+        saved = sys.stdout
+        sys.stdout = Tee(saved, printed)
+        try:
+            with expect_error(expected):
+                yield
+        finally:
+            sys.stdout = saved
+        record_reproduced(expected, "".join(printed))
+
+    recorded.records = True
+    return recorded
+
+
+class Tee:
+    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept = stream, kept
+
+    def write(self, text: str) -> int:
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def record_reproduced(expected: str, printed: str) -> None:
+    step = CURRENT_STEP[0]
+    lines = printed.splitlines()
+    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
+    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
+    keys = [key for key in CAUSES if key in expected]
+    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
+    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
+    raised_by, cause = CAUSES[keys[0]]
+    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 
 if __name__ == "__main__":
