@@ -55,11 +55,17 @@ edit by hand. Each example's `test.py` records every error its `expect_error` re
 prints, in `steps.json` beside its models) with the cause its `CAUSES` gives; CI and the test suite fail
 while this page differs from what the examples reproduce.
 
-Search this page for the first line of your error. When that line is generic (`ConversionError: Failed
-to convert the exported program ...`), the example also prints the line further down that names the
-cause: search for that one. `torch` lists the versions on which the example reproduced the message word
-for word; `[Caused by ...]` tails and memory addresses are cut. Warnings and silent failures, which raise
-nothing, are in each folder's "Errors this folder fixes". Back to the [README](README.md).
+Search this page for the fixed part of your message, not for the names in it: drop the module path
+(`torch.onnx.errors.`, `torch.onnx._internal.exporter._errors.`) and your op's or Function's name, and
+search for `is not supported`, `unrecognized namespace`, `Couldn't export Python operator`,
+`No ONNX function found for`, `No schema registered for`, `UnsupportedOperatorException`,
+`is not a registered function/op`, `No opset import for domain`, and so on: the rows hold the examples'
+own ops. When the first line of an error is generic (`ConversionError: Failed to convert the exported
+program ...`), the line that names the cause is further down in the traceback; each row shows the one
+its example printed. `torch` lists the versions on which the example reproduced the message word for
+word; `[Caused by ...]` tails and memory addresses are cut. `fixed in` is the step that fixes the error
+(often the one that reproduces it first). Warnings and silent failures, which raise nothing, are in each
+folder's "Errors this folder fixes" and the README's [Start here](README.md#start-here) table.
 """
 
 
@@ -210,8 +216,9 @@ def error_rows(summary: dict | None, name: str) -> set[tuple[str, str, str, str]
             error = code(clean(entry["error"]))
             if entry["further_down"]:
                 error += "<br>further down: " + code(clean(entry["further_down"]))
-            heading = f"{number}. {titles.get(number, '')}"
-            link = f"[`{name}/` step {number}]({name}/README.md#{anchor(heading)})"
+            fixed_in = str(entry.get("fixed_in", number))  # the step that fixes it: the same or a later one
+            heading = f"{fixed_in}. {titles.get(fixed_in, '')}"
+            link = f"[`{name}/` step {fixed_in}]({name}/README.md#{anchor(heading)})"
             rows.add((entry["raised_by"], error, entry["cause"].replace("|", "\\|"), link))
     return rows
 

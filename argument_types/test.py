@@ -644,7 +644,8 @@ STEPS = (
 
 
 # What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
-# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+# (what raises it, its cause in one line[, the step that fixes it when that is a later step than the one
+# that reproduces it]). recording() fails the run on an error not explained here.
 CAUSES = {
     'all_kinds: mode must be "sum" or "max"': (
         "PyTorch",
@@ -1015,8 +1016,9 @@ def record_reproduced(expected: str, printed: str) -> None:
     keys = [key for key in CAUSES if key in expected]
     assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
     assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
-    raised_by, cause = CAUSES[keys[0]]
+    raised_by, cause, *fixed_in = CAUSES[keys[0]]  # a third element: the step that fixes it, when a later one
     entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    entry["fixed_in"] = fixed_in[0] if fixed_in else step
     STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 

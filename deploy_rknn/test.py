@@ -625,7 +625,8 @@ MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
 
 
 # What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
-# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+# (what raises it, its cause in one line[, the step that fixes it when that is a later step than the one
+# that reproduces it]). recording() fails the run on an error not explained here.
 CAUSES = {
     "Please call rknn.config first!": (
         "RKNN-Toolkit2",
@@ -638,16 +639,19 @@ CAUSES = {
     "No opset import for domain 'rknn_cst'": (
         "RKNN-Toolkit2",
         "`build()` with a custom-domain node and no class registered for it with `reg_custom_op`",
+        5,  # fixed in step 5
     ),
     "Unsupport onnx opset 20, need <= 19!": (
         "RKNN-Toolkit2",
         "a `dynamo=True` model without `opset_version`: torch 2.9+ writes opset 20, RKNN-Toolkit2 2.5.0 reads "
         "up to 19",
+        3,  # fixed in step 3
     ),
     "IndexError: _Map_base::at": (
         "RKNN-Toolkit2",
         "a `dynamo=True` model that lists the custom domain before the default one in `opset_import`: RKNN's "
         "version converter fails",
+        3,  # fixed in step 3
     ),
 }
 
@@ -1063,8 +1067,9 @@ def record_reproduced(expected: str, printed: str) -> None:
     keys = [key for key in CAUSES if key in expected]
     assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
     assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
-    raised_by, cause = CAUSES[keys[0]]
+    raised_by, cause, *fixed_in = CAUSES[keys[0]]  # a third element: the step that fixes it, when a later one
     entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    entry["fixed_in"] = fixed_in[0] if fixed_in else step
     STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 

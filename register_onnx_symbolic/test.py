@@ -862,7 +862,8 @@ STEPS = (
 
 
 # What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
-# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+# (what raises it, its cause in one line[, the step that fixes it when that is a later step than the one
+# that reproduces it]). recording() fails the run on an error not explained here.
 CAUSES = {
     "Unsupported: ONNX export of operator threshold, non-zero threshold": (
         "dynamo=False",
@@ -888,21 +889,25 @@ CAUSES = {
         "dynamo=False",
         "torch 2.8.0's text for an op of a library namespace (`torchvision::deform_conv2d`) with no symbolic: "
         "its name is missing from the message",
+        6,  # fixed in step 6
     ),
     "unrecognized namespace torchvision::deform_conv2d": (
         "dynamo=False",
         "a library's op (`torchvision::deform_conv2d`) with no symbolic: register one for its namespace and "
         "name",
+        6,  # fixed in step 6
     ),
     "torchvision:deform_conv2d(-1) is not a registered function/op": (
         "ONNX Runtime",
         "`operator_export_type=ONNX_FALLTHROUGH` wrote the op as a `torchvision` node that no runtime "
         "implements",
+        6,  # fixed in step 6
     ),
     "org.pytorch.aten:ATen(-1) is not a registered function/op": (
         "ONNX Runtime",
         "`operator_export_type=ONNX_ATEN_FALLBACK` wrote an `ATen` node, meant for a runtime linked with "
         "PyTorch",
+        6,  # fixed in step 6
     ),
     "custom:deform_conv2d(-1) is not a registered function/op": (
         "ONNX Runtime",
@@ -1225,8 +1230,9 @@ def record_reproduced(expected: str, printed: str) -> None:
     keys = [key for key in CAUSES if key in expected]
     assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
     assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
-    raised_by, cause = CAUSES[keys[0]]
+    raised_by, cause, *fixed_in = CAUSES[keys[0]]  # a third element: the step that fixes it, when a later one
     entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    entry["fixed_in"] = fixed_in[0] if fixed_in else step
     STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 

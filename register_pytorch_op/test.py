@@ -551,11 +551,13 @@ STEPS = (
 
 
 # What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
-# (what raises it, its cause in one line). recording() fails the run on an error not explained here.
+# (what raises it, its cause in one line[, the step that fixes it when that is a later step than the one
+# that reproduces it]). recording() fails the run on an error not explained here.
 CAUSES = {
     "ONNX export failed on an operator with unrecognized namespace": (
         "dynamo=False",
         "your C++ op (`cst::dual_residual`) has no symbolic: register one with `register_custom_op_symbolic`",
+        3,  # fixed in step 3
     ),
     "rknn_cst:cstDualResidual(-1) is not a registered function/op": (
         "ONNX Runtime",
@@ -896,8 +898,9 @@ def record_reproduced(expected: str, printed: str) -> None:
     keys = [key for key in CAUSES if key in expected]
     assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
     assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
-    raised_by, cause = CAUSES[keys[0]]
+    raised_by, cause, *fixed_in = CAUSES[keys[0]]  # a third element: the step that fixes it, when a later one
     entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
+    entry["fixed_in"] = fixed_in[0] if fixed_in else step
     STEP_STATUS[step].setdefault("reproduced", []).append(entry)
 
 
