@@ -13,7 +13,9 @@ it can read. Steps 1 and 4-8 need a C++ compiler; without one they are skipped a
 
 import contextlib
 import logging
+import os
 import re
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,13 +37,12 @@ except ImportError:  # pip install onnxruntime-extensions
 # isort: split
 # Test-only imports: the command line and the checks around the lesson's code.
 import argparse
-import os
+import ctypes
 import pathlib
 import shutil
 import sys
 import tempfile
 import textwrap
-import time
 import traceback
 import typing
 import warnings
@@ -116,21 +117,26 @@ def step1_cpp_op() -> None:
     problem = build_problem()
     if problem:
         raise Skip(problem)
-    print("  building the C++ extension: about a minute the first time, cached after")
-    started = time.perf_counter()
     noise: list[str] = []
     with captured(noise):  # torch 2.4 prints "No CUDA runtime is found" to stderr: the filter cannot catch a print
         logging.getLogger("torch.utils.cpp_extension").addFilter(lambda record: "No CUDA runtime" not in record.msg)
         from torch.utils import cpp_extension  # after the filter: importing it logs "No CUDA runtime is found"
 
+    EXTENSION_NAME = "onnx_tutorial_argument_types"
+    print("  building the C++ extension: about a minute the first time, cached after")
+    started = time.time()
     cpp_extension.load_inline(
-        name="onnx_tutorial_argument_types",
+        name=EXTENSION_NAME,
         cpp_sources=[ALL_KINDS_CPP],
-        is_python_module=False,
+        is_python_module=False,  # the op registers itself when the library loads: no Python module
         verbose=False,
     )
+    (library,) = [path for path in torch.ops.loaded_libraries if EXTENSION_NAME in path]
+    if os.path.getmtime(library) >= started:  # the build wrote the library after `started`
+        print(f"  built {library} in {time.time() - started:.0f} s")
+    else:
+        print(f"  reused the cached build {library} ({time.time() - started:.1f} s)")
     print("  C++ schema:", torch.ops.argdemo.all_kinds.default._schema)
-    print(f"  (built, or loaded from the cache, in {time.perf_counter() - started:.0f} s)")
     unexpected = [line for line in noise[0].splitlines() if line.strip() and "No CUDA runtime is found" not in line]
     assert not unexpected, f"importing torch.utils.cpp_extension printed: {unexpected}"
     schema = str(torch.ops.argdemo.all_kinds.default._schema)
@@ -341,6 +347,13 @@ class AllKinds(OpRun):
         return (all_kinds_numpy(x, bias, alpha, k, flag, mode, dims, scales),)
 
 
+def compare(path, actual, expected, runtime, rtol=1e-5, atol=1e-5):
+    """assert_allclose, then one line that names the model, the runtime and the largest difference."""
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=path)
+    diff = np.abs(actual - expected).max()
+    print(f"  {path}: {runtime} matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+
+
 def step4_parse_args() -> None:
     print("== 4. dynamo=False: a symbolic with parse_args ==")
     need_the_op()  # step 1's C++ op; the checker also uses step 3's ONNX schema
@@ -374,10 +387,9 @@ def step4_parse_args() -> None:
     check_node("all_kinds_no_bias.onnx", ["x"], NO_BIAS)
 
     (y,) = ReferenceEvaluator("all_kinds.onnx", new_ops=[AllKinds]).run(None, {"x": x.numpy(), "bias": bias.numpy()})
-    np.testing.assert_allclose(y, model(x, bias).numpy(), rtol=1e-5, atol=1e-5)
+    compare("all_kinds.onnx", y, model(x, bias).numpy(), "onnx.reference")
     (y,) = ReferenceEvaluator("all_kinds_no_bias.onnx", new_ops=[AllKinds]).run(None, {"x": x.numpy()})
-    np.testing.assert_allclose(y, model_no_bias(x).numpy(), rtol=1e-5, atol=1e-5)
-    print("  onnx.reference matches PyTorch on both models (rtol=1e-5, atol=1e-5)")
+    compare("all_kinds_no_bias.onnx", y, model_no_bias(x).numpy(), "onnx.reference")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,7 +455,6 @@ def step5_function_symbolic() -> None:
     check_node("all_kinds_function_no_bias.onnx", ["x"], NO_BIAS, same_as="all_kinds_no_bias.onnx")
     reference_matches("all_kinds_function.onnx", model, x, bias)
     reference_matches("all_kinds_function_no_bias.onnx", model_no_bias, x)
-    print("  both: the very node of step 4, and onnx.reference matches PyTorch (rtol=1e-5, atol=1e-5)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,7 +514,6 @@ def step6_translation() -> None:
     check_node("all_kinds_dynamo_no_bias.onnx", ["x"], NO_BIAS, same_as="all_kinds_no_bias.onnx")
     reference_matches("all_kinds_dynamo.onnx", model, x, bias)
     reference_matches("all_kinds_dynamo_no_bias.onnx", model_no_bias, x)
-    print("  both: the very node of step 4, and onnx.reference matches PyTorch (rtol=1e-5, atol=1e-5)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -568,11 +578,10 @@ def step7_standard_onnx() -> None:
 
     session = ort.InferenceSession("all_kinds_standard.onnx", providers=["CPUExecutionProvider"])
     (y,) = session.run(None, {"x": x.numpy(), "bias": bias.numpy()})
-    np.testing.assert_allclose(y, model(x, bias).numpy(), rtol=1e-5, atol=1e-5)
+    compare("all_kinds_standard.onnx", y, model(x, bias).numpy(), "ONNX Runtime")
     session = ort.InferenceSession("all_kinds_standard_no_bias.onnx", providers=["CPUExecutionProvider"])
     (y,) = session.run(None, {"x": x.numpy()})
-    np.testing.assert_allclose(y, model_no_bias(x).numpy(), rtol=1e-5, atol=1e-5)
-    print("  ONNX Runtime matches PyTorch on both models (rtol=1e-5, atol=1e-5)")
+    compare("all_kinds_standard_no_bias.onnx", y, model_no_bias(x).numpy(), "ONNX Runtime")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -584,7 +593,7 @@ def step8_python_kernel() -> None:
     print("== 8. ONNX Runtime with an onnxruntime-extensions Python kernel ==")
     need_the_op()  # runs step 4's models (all_kinds.onnx), which need step 1's C++ op
     if onnx_op is None:
-        raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
+        raise Skip(ortx_problem())
 
     @onnx_op(
         op_type="argdemo::AllKinds",
@@ -610,8 +619,7 @@ def step8_python_kernel() -> None:
     options.register_custom_ops_library(get_library_path())
     session = ort.InferenceSession("all_kinds.onnx", options, providers=["CPUExecutionProvider"])
     (y,) = session.run(None, {"x": x.numpy(), "bias": bias.numpy()})
-    np.testing.assert_allclose(y, model(x, bias).numpy(), rtol=1e-5, atol=1e-5)
-    print("  all_kinds.onnx: ONNX Runtime with the Python kernel matches PyTorch (rtol=1e-5, atol=1e-5)")
+    compare("all_kinds.onnx", y, model(x, bias).numpy(), "ONNX Runtime with the Python kernel")
 
     # No optional input: the kernel declared two inputs, so the one-input node is refused.
     with expect_error("has input size 1 not in range [min=2, max=2]"):
@@ -713,7 +721,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-        write_step_summary(out)
+        summary_problem = write_step_summary(out)
+    if summary_problem:
+        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
+        return 1
     foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
@@ -784,12 +795,28 @@ def differs(why: str) -> None:
     STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
 
 
-def write_step_summary(out: pathlib.Path) -> None:
-    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+def ortx_problem() -> str:
+    """Why onnxruntime-extensions is unusable (not installed, or installed but failing to import), as a SKIP
+    reason: the page's import leaves only onnx_op = None."""
+    try:
+        import onnxruntime_extensions  # noqa: F401 - imported again only to read its error
+    except ImportError as error:
+        why = f"{type(error).__name__}: {error}"
+        return f"onnxruntime-extensions cannot be imported ({why}): pip install onnxruntime-extensions"
+    return "onnxruntime-extensions failed to import when the example started"
+
+
+def write_step_summary(out: pathlib.Path) -> str | None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README. Returns why it
+    could not be written (an OSError: DIR full, steps.json a directory, ...), or None."""
     import json
 
     summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
-    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    try:
+        (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        return f"steps.json: {exc}"
+    return None
 
 
 def build_problem() -> str:
@@ -852,6 +879,7 @@ def check_node(path: str, inputs: list[str], values: dict, same_as: str = "") ->
     if same_as:
         other = onnx.load(same_as).graph.node[0]
         assert list(other.input) == inputs and attribute_table(other) == table, (path, same_as)
+        print(f"  {path}: the very node of {same_as} (inputs, attribute types and values)")
     if VERBOSE:
         print(textwrap.indent(onnx.printer.to_text(model.graph), "    "))
 
@@ -881,7 +909,7 @@ def reference_matches(path: str, model: torch.nn.Module, *tensors: torch.Tensor)
     names = [i.name for i in onnx.load(path).graph.input]
     feeds = {name: t.numpy() for name, t in zip(names, tensors, strict=True)}
     (y,) = ReferenceEvaluator(path, new_ops=[AllKinds]).run(None, feeds)
-    np.testing.assert_allclose(y, model(*tensors).numpy(), rtol=1e-5, atol=1e-5, err_msg=path)
+    compare(path, y, model(*tensors).numpy(), "onnx.reference")
 
 
 def first_line(exc: BaseException) -> str:
@@ -933,12 +961,20 @@ def foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
     return sorted(p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned)
 
 
+def flush_stdio():
+    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through C's stdout, which
+    is block-buffered when stdout is a file or a pipe, so text left in it would cross a redirect of the descriptors
+    (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes every C stream."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
 def captured(sink: list[str]):
     """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
     compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush_stdio()
     saved = os.dup(1), os.dup(2)
     with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -947,8 +983,7 @@ def captured(sink: list[str]):
         try:
             yield
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush_stdio()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             os.close(saved[0])

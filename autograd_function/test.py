@@ -29,6 +29,7 @@ from onnx.reference.op_run import OpRun
 # isort: split
 # Test-only imports: the command line and the checks around the lesson's code.
 import argparse
+import ctypes
 import pathlib
 import shutil
 import sys
@@ -866,7 +867,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-        write_step_summary(out)
+        summary_problem = write_step_summary(out)
+    if summary_problem:
+        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
+        return 1
     foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
@@ -961,12 +965,17 @@ def differs(why: str) -> None:
     STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
 
 
-def write_step_summary(out: pathlib.Path) -> None:
-    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+def write_step_summary(out: pathlib.Path) -> str | None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README. Returns why it
+    could not be written (an OSError: DIR full, steps.json a directory, ...), or None."""
     import json
 
     summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
-    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    try:
+        (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        return f"steps.json: {exc}"
+    return None
 
 
 def quiet_cpp_extension_import() -> None:
@@ -1048,12 +1057,20 @@ def type_text(value_type: onnx.TypeProto) -> str:
     return f"{onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)}[{','.join(dims)}]"
 
 
+def flush_stdio():
+    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through C's stdout, which
+    is block-buffered when stdout is a file or a pipe, so text left in it would cross a redirect of the descriptors
+    (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes every C stream."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
 def captured(sink: list[str]):
     """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
     compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush_stdio()
     saved = os.dup(1), os.dup(2)
     with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -1062,8 +1079,7 @@ def captured(sink: list[str]):
         try:
             yield
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush_stdio()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             os.close(saved[0])

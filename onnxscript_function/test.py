@@ -28,6 +28,7 @@ from torch.onnx.symbolic_helper import parse_args
 # isort: split
 # Test-only imports: the command line and the checks around the lesson's code.
 import argparse
+import ctypes
 import inspect
 import logging
 import pathlib
@@ -260,7 +261,7 @@ def step4_dynamo() -> None:
     for translation in (selu_translation, SeluScriptAnnotated.function, SeluScript.function):
         assert list(inspect.signature(translation).parameters) == schema, (translation.__name__, schema)
 
-    # custom_translation_table needs torch >= 2.6 (before, dynamo=True is the old torch.onnx.dynamo_export).
+    # custom_translation_table came with torch 2.6; on 2.4, dynamo=True is the old torch.onnx.dynamo_export.
     onnx_program = torch.onnx.export(
         model,
         (x,),
@@ -399,7 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-        write_step_summary(out)
+        summary_problem = write_step_summary(out)
+    if summary_problem:
+        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
+        return 1
     foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
@@ -445,12 +449,17 @@ def step_header(number: int, title: str) -> None:  # optional: print("\n== N. Ti
     print(f"\n== {number}. {title} ==")
 
 
-def write_step_summary(out: pathlib.Path) -> None:
-    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+def write_step_summary(out: pathlib.Path) -> str | None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README. Returns why it
+    could not be written (an OSError: DIR full, steps.json a directory, ...), or None."""
     import json
 
     summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
-    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    try:
+        (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        return f"steps.json: {exc}"
+    return None
 
 
 @contextlib.contextmanager
@@ -562,12 +571,20 @@ def compare(name: str, actual: np.ndarray, expected, rtol: float, atol: float) -
     print(f"  {name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
 
 
+def flush_stdio():
+    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through C's stdout, which
+    is block-buffered when stdout is a file or a pipe, so text left in it would cross a redirect of the descriptors
+    (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes every C stream."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
 def captured(sink: list[str]):
     """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
     compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush_stdio()
     saved = os.dup(1), os.dup(2)
     with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -576,8 +593,7 @@ def captured(sink: list[str]):
         try:
             yield
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush_stdio()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             os.close(saved[0])

@@ -31,6 +31,7 @@ except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
 
 import argparse
+import ctypes
 import pathlib
 import sys
 import tempfile
@@ -203,7 +204,7 @@ def step1_custom_domain_node():
         with expect_error("Unable to find attribute 'threshold'"):  # Style C: this kernel cannot read a list
             run_ort("failures/threshold_float_list.onnx", {"input": x.numpy()}, custom_ops)
     if onnx_op is None:
-        raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
+        raise Skip(ortx_problem())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,7 +492,7 @@ def step7_dynamo():
         show("threshold_source_as_written.onnx")
     if TORCH < (2, 6):
         raise NeedsTorch(
-            "2.6", "before 2.6, dynamo=True runs the old torch.onnx.dynamo_export: no custom_translation_table"
+            "2.6", "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old torch.onnx.dynamo_export"
         )
 
     # Why: the three ops that failed above export here with nothing registered. aten::threshold still
@@ -589,7 +590,7 @@ def step7_dynamo():
     exported = show("threshold_custom_dynamo.onnx")
     assert opsets_of(exported).get("rknn_cst") == 1, opsets_of(exported)
     if onnx_op is None:
-        raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
+        raise Skip(ortx_problem())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,7 +635,7 @@ def step8_decompositions():
     x = torch.randn(2, 4, 4)
     a = x @ x.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
     model = CholeskyModel().eval()
-    if TORCH >= (2, 6):  # before 2.6, dynamo=True is the old dynamo_export (see step 7)
+    if TORCH >= (2, 6):  # custom_translation_table came with 2.6 (see step 7); on 2.4, dynamo=True is dynamo_export
         with native_output():
             with expect_error("No ONNX function found for <OpOverload(op='aten.linalg_cholesky_ex'"):
                 torch.onnx.export(model, (a,), dynamo=True, verbose=False)
@@ -652,7 +653,7 @@ def step8_decompositions():
     effectful = "with_effects" in after
     if TORCH < (2, 6):
         raise NeedsTorch(
-            "2.6", "before 2.6, dynamo=True runs the old torch.onnx.dynamo_export: no custom_translation_table"
+            "2.6", "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old torch.onnx.dynamo_export"
         )
 
     if effectful:
@@ -771,7 +772,7 @@ def step9_contrib_op():
         compare(path, actual, model(x1, x2), rtol=0, atol=atol)
     if TORCH < (2, 6):
         raise NeedsTorch(
-            "2.6", "before 2.6, dynamo=True runs the old torch.onnx.dynamo_export: no custom_translation_table"
+            "2.6", "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old torch.onnx.dynamo_export"
         )
 
     # Why: under dynamo=True, cdist is decomposed too (step 8), into an op with no ONNX function.
@@ -994,7 +995,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-        write_step_summary(out)
+        summary_problem = write_step_summary(out)
+    if summary_problem:
+        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
+        return 1
     foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
@@ -1039,12 +1043,28 @@ def differs(why: str) -> None:
     STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
 
 
-def write_step_summary(out: pathlib.Path) -> None:
-    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+def ortx_problem() -> str:
+    """Why onnxruntime-extensions is unusable (not installed, or installed but failing to import), as a SKIP
+    reason: the page's import leaves only onnx_op = None."""
+    try:
+        import onnxruntime_extensions  # noqa: F401 - imported again only to read its error
+    except ImportError as error:
+        why = f"{type(error).__name__}: {error}"
+        return f"onnxruntime-extensions cannot be imported ({why}): pip install onnxruntime-extensions"
+    return "onnxruntime-extensions failed to import when the example started"
+
+
+def write_step_summary(out: pathlib.Path) -> str | None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README. Returns why it
+    could not be written (an OSError: DIR full, steps.json a directory, ...), or None."""
     import json
 
     summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
-    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    try:
+        (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        return f"steps.json: {exc}"
+    return None
 
 
 def first_line(exc: BaseException) -> str:
@@ -1128,12 +1148,20 @@ def compare(name: str, actual: np.ndarray, expected, rtol: float, atol: float) -
     print(f"  {name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
 
 
+def flush_stdio():
+    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through C's stdout, which
+    is block-buffered when stdout is a file or a pipe, so text left in it would cross a redirect of the descriptors
+    (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes every C stream."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
 def captured(sink: list[str]):
     """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
     compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush_stdio()
     saved = os.dup(1), os.dup(2)
     with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -1142,8 +1170,7 @@ def captured(sink: list[str]):
         try:
             yield
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush_stdio()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             os.close(saved[0])

@@ -36,6 +36,7 @@ except ImportError:  # pip install onnxruntime-extensions
 
 # test.py's own imports (the ones above are the README's first block)
 import argparse
+import ctypes
 import pathlib
 import shutil
 import sys
@@ -280,7 +281,7 @@ def step4_run() -> None:
     with expect_error("rknn_cst:cstDualResidual(-1) is not a registered function/op"):
         ort.InferenceSession("dual_residual.onnx", providers=["CPUExecutionProvider"])
     if onnx_op is None:
-        raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
+        raise Skip(ortx_problem())
 
     # The test double for the target runtime's kernel. Step 6 runs its model with it too.
     @onnx_op(
@@ -413,7 +414,7 @@ def step6_dynamo() -> None:
     assert "registered by RegisterOperators" in dispatch
     if TORCH < (2, 6):
         raise NeedsTorch(
-            "2.6", "dynamo=True is the old torch.onnx.dynamo_export before 2.6: no custom_translation_table"
+            "2.6", "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old torch.onnx.dynamo_export"
         )
     print("  exporting with dynamo=True: a few seconds per export, five exports")
     onnx_program = torch.onnx.export(model, inputs, dynamo=True, verbose=False)
@@ -488,7 +489,7 @@ def step6_dynamo() -> None:
         ("y_res", "float32[2,3,4]"),
     ]
     if onnx_op is None:
-        raise Skip("onnxruntime-extensions is not installed: pip install onnxruntime-extensions")
+        raise Skip(ortx_problem())
     # Relies on step 4: the @onnx_op kernel registered there serves this model too.
     compare_in_ort("dual_residual_dynamo.onnx", lib_model, inputs)
 
@@ -642,7 +643,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         os.chdir(home)
-        write_step_summary(out)
+        summary_problem = write_step_summary(out)
+    if summary_problem:
+        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
+        return 1
     foreign = foreign_models(out, owned)
     if foreign:
         print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
@@ -687,12 +691,28 @@ def differs(why: str) -> None:
     STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
 
 
-def write_step_summary(out: pathlib.Path) -> None:
-    """DIR/steps.json: what each step did on this torch, for the version table in the top README."""
+def ortx_problem() -> str:
+    """Why onnxruntime-extensions is unusable (not installed, or installed but failing to import), as a SKIP
+    reason: the page's import leaves only onnx_op = None."""
+    try:
+        import onnxruntime_extensions  # noqa: F401 - imported again only to read its error
+    except ImportError as error:
+        why = f"{type(error).__name__}: {error}"
+        return f"onnxruntime-extensions cannot be imported ({why}): pip install onnxruntime-extensions"
+    return "onnxruntime-extensions failed to import when the example started"
+
+
+def write_step_summary(out: pathlib.Path) -> str | None:
+    """DIR/steps.json: what each step did on this torch, for the version table in the top README. Returns why it
+    could not be written (an OSError: DIR full, steps.json a directory, ...), or None."""
     import json
 
     summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
-    (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    try:
+        (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        return f"steps.json: {exc}"
+    return None
 
 
 def first_line(exc: BaseException) -> str:
@@ -776,12 +796,20 @@ def compare(name: str, actual: np.ndarray, expected, rtol: float, atol: float) -
     print(f"  {name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
 
 
+def flush_stdio():
+    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through C's stdout, which
+    is block-buffered when stdout is a file or a pipe, so text left in it would cross a redirect of the descriptors
+    (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes every C stream."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
 def captured(sink: list[str]):
     """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
     compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    flush_stdio()
     saved = os.dup(1), os.dup(2)
     with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -790,8 +818,7 @@ def captured(sink: list[str]):
         try:
             yield
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush_stdio()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             os.close(saved[0])

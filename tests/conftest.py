@@ -19,6 +19,10 @@ import run_all  # noqa: E402
 
 EXAMPLES = run_all.discover(ROOT)
 
+# The examples run as a reader starts them: without PYTHONUNBUFFERED (some machines set it, this one among them).
+# Without it C's stdout is block-buffered, and C++ output must still land where the example captures it.
+CHILD_ENV = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+
 
 @dataclass
 class ExampleRun:
@@ -51,6 +55,7 @@ def example_run(tmp_path_factory):
                 stderr=subprocess.STDOUT,
                 text=True,
                 timeout=1800,
+                env=CHILD_ENV,
             )
             cache[name] = ExampleRun(name, proc.returncode, proc.stdout, out)
         result = cache[name]
@@ -125,6 +130,7 @@ def page_run(tmp_path_factory, example_run):
                     stderr=subprocess.STDOUT,
                     text=True,
                     timeout=1800,
+                    env=CHILD_ENV,
                 )
                 output += proc.stdout
                 if proc.returncode != 0:

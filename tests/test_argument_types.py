@@ -174,6 +174,21 @@ def test_schemas(run):
     )
 
 
+def test_build_and_comparison_lines(run):
+    """Step 1 says it builds, then whether it built or reused the cache; each comparison names its model."""
+    out = run.output
+    assert "  building the C++ extension: about a minute the first time, cached after" in out
+    assert "  built " in out or "  reused the cached build " in out
+    reference = [f"all_kinds{kind}{bias}.onnx" for kind in ("", "_function", "_dynamo") for bias in ("", "_no_bias")]
+    for name, runtime in [
+        *[(name, "onnx.reference") for name in reference],
+        ("all_kinds_standard.onnx", "ONNX Runtime"),
+        ("all_kinds_standard_no_bias.onnx", "ONNX Runtime"),
+        ("all_kinds.onnx", "ONNX Runtime with the Python kernel"),
+    ]:
+        assert f"  {name}: {runtime} matches PyTorch (max abs diff " in out, (name, runtime)
+
+
 def test_tolerances_hold_over_seeds(run):
     """The README's rtol/atol on 20 other inputs: onnx.reference for the custom node, ORT for standard ONNX."""
     worst = 0.0

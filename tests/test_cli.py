@@ -5,8 +5,9 @@ non-directory or cannot be created gives one line `FAIL: cannot write models und
 before writing, the example removes the models it owns from an earlier run in DIR and DIR/failures, and it
 refuses to claim PASS while DIR holds .onnx files it did not write, which it names and never deletes.
 
-The bad-argument cases stop before any export (a few seconds: the imports). The stale-files case is a
-whole run, so one run serves all of its assertions.
+The bad-argument cases stop before any export (a few seconds: the imports), so they run for every example.
+The stale-files and write-error cases are whole runs of the fastest example, one run for all of each's
+assertions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 
 import onnx
 import pytest
-from conftest import ROOT
+from conftest import EXAMPLES, ROOT
 
 # The fastest example, measured on the 2-core machine (wall / user seconds of `python test.py --out DIR`):
 # onnxscript_function 10.1 / 8.8, pythonop_symbolic 11.0 / 10.5; the others build C++ or export more.
@@ -56,16 +57,21 @@ def run_example(name: str, *args: str, cwd=None) -> subprocess.CompletedProcess:
     )
 
 
-def test_empty_out_is_an_argparse_error(tmp_path):
-    proc = run_example(FASTEST, "--out", "", cwd=tmp_path)
+NAMES = list(EXAMPLES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_out_is_an_argparse_error(tmp_path, name):
+    proc = run_example(name, "--out", "", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "--out" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written into the current directory
 
 
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("kind", ["regular file", "under /proc", "read-only directory"])
-def test_out_that_cannot_hold_models_is_one_fail_line(tmp_path, kind):
+def test_out_that_cannot_hold_models_is_one_fail_line(tmp_path, kind, name):
     if kind == "regular file":
         out = tmp_path / "models"
         out.write_text("not a directory\n")
@@ -77,7 +83,7 @@ def test_out_that_cannot_hold_models_is_one_fail_line(tmp_path, kind):
         out = tmp_path / "models"
         out.mkdir()
         out.chmod(0o500)
-    proc = run_example(FASTEST, "--out", str(out))
+    proc = run_example(name, "--out", str(out))
     if kind == "read-only directory":
         out.chmod(0o700)
     output = proc.stdout + proc.stderr
@@ -100,14 +106,7 @@ def test_stale_files_are_named_never_deleted_and_own_models_replaced(tmp_path):
     for relative, content in {**foreign, **stale_own}.items():
         (out / relative).write_bytes(content)
 
-    proc = run_example(FASTEST, "--out", str(out))
-    output = proc.stdout + proc.stderr
-
-    assert proc.returncode == 1, output[-3000:]
-    assert "Traceback" not in output
-    assert "PASS" not in proc.stdout
-    fail_lines = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
-    assert len(fail_lines) == 1, f"expected one FAIL line, got {fail_lines}; output ends:\n{output[-3000:]}"
+    fail_lines = one_fail_line(run_example(FASTEST, "--out", str(out)))
     assert "junk.onnx" in fail_lines[0] and "failures/old.onnx" in fail_lines[0], fail_lines[0]
     assert "notes.txt" not in fail_lines[0]  # only .onnx files count as models
     for relative, content in foreign.items():  # never deleted, never touched
@@ -119,3 +118,24 @@ def test_stale_files_are_named_never_deleted_and_own_models_replaced(tmp_path):
     for relative in stale_own:
         path = out / relative
         assert not path.exists() or path.read_bytes() != garbage, f"the stale {relative} was not replaced"
+
+
+def test_a_write_error_during_the_run_is_one_fail_line(tmp_path):
+    """An OSError while the run writes (here: steps.json cannot be written, a directory holds its name) is the
+    same one FAIL line, never a traceback."""
+    out = tmp_path / "models"
+    (out / "steps.json").mkdir(parents=True)
+    fail_lines = one_fail_line(run_example(FASTEST, "--out", str(out)))
+    assert fail_lines[0].startswith(f"{FAIL_PREFIX} {out.resolve()}: steps.json: "), fail_lines[0]
+    assert "IsADirectoryError" in fail_lines[0] or "Is a directory" in fail_lines[0], fail_lines[0]
+
+
+def one_fail_line(proc: subprocess.CompletedProcess) -> list[str]:
+    """A whole run that must fail (exit 1) with exactly one FAIL line, no traceback and no PASS: its FAIL lines."""
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-3000:]
+    assert "Traceback" not in output
+    assert "PASS" not in proc.stdout
+    fail_lines = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(fail_lines) == 1, f"expected one FAIL line, got {fail_lines}; output ends:\n{output[-3000:]}"
+    return fail_lines

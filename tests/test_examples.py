@@ -77,6 +77,26 @@ def test_readme_first_block_is_the_imports(name):
         assert not others, f"{name}/README.md: a page script's first block should hold only imports; also has {others}"
 
 
+# The one import a page makes after its first block: importing torch.utils.cpp_extension logs "No CUDA runtime
+# is found" on a machine with a CUDA toolkit and no GPU, so the page filters that message first (a quiet run,
+# issue 11) and imports right after the filter, in the block that builds its C++ (see Contributing).
+LATE_IMPORT = "from torch.utils import cpp_extension"
+LATE_IMPORT_FILTER = 'logging.getLogger("torch.utils.cpp_extension").addFilter('
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_readme_imports_nothing_after_the_first_block_but_cpp_extension(name):
+    """Every import is in a page script's first block, except cpp_extension's, which follows its log filter."""
+    for blocks in page_parts(name):
+        for block in blocks[1:]:
+            tree = ast.parse(block)
+            imports = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+            assert imports in ([], [LATE_IMPORT]), f"{name}/README.md: a later block imports {imports}"
+            if imports:
+                before = block[: block.index(LATE_IMPORT)]
+                assert LATE_IMPORT_FILTER in before, f"{name}/README.md: {LATE_IMPORT} without the filter before it"
+
+
 def models_named(script: str) -> list[str]:
     """The .onnx files a page writes, by the string literals that name them (failures/ aside)."""
     names = {
