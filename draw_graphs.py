@@ -27,16 +27,23 @@ import onnx
 from onnx import numpy_helper
 
 ROOT = pathlib.Path(__file__).resolve().parent
-PICTURE = re.compile(r"^<!-- graph: (?P<model>[^\s>]+\.onnx) -->\n```mermaid\n(?P<body>.*?)^```$", re.S | re.M)
+PICTURE = re.compile(
+    r"^<!-- graph: (?P<model>[^\s>]+\.onnx) -->\n```mermaid\n(?P<body>.*?)^```$", re.S | re.M
+)
 STANDARD_DOMAINS = ("", "ai.onnx")
+SIDEWAYS = 5  # a graph with more edges than this (or with functions) is drawn top to bottom
 MAX_VALUES = 4  # a folded constant with more elements than this is drawn as its type and shape
 GENERATED_DIM = re.compile(r"^\w+_dim_\d+$")  # the exporter's made-up name for an unknown dimension
-GENERATED_NAME = re.compile(r"^(/.*|\d+|.*_output_\d+|val_\d+)$")  # a tensor name that says nothing
+GENERATED_NAME = re.compile(
+    r"^(/.*|\d+|.*_output_\d+|val_\d+|tmp(_\d+)?)$"
+)  # a tensor name that says nothing
 
 
 def escape(text: str) -> str:
     """Text safe inside a quoted Mermaid label."""
-    return text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    return (
+        text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    )
 
 
 def number(value: float) -> str:
@@ -68,7 +75,11 @@ def attribute_text(attribute: onnx.AttributeProto) -> str:
         if len(value) > MAX_VALUES:
             text = f"[{len(value)} values]"
         else:
-            text = "[" + ", ".join(v.decode() if isinstance(v, bytes) else number(v) for v in value) + "]"
+            text = (
+                "["
+                + ", ".join(v.decode() if isinstance(v, bytes) else number(v) for v in value)
+                + "]"
+            )
     else:
         text = number(value)
     return f"{attribute.name}={text}"
@@ -102,10 +113,14 @@ class Drawing:
     def __init__(self, lines: list[str], prefix: str, indent: str = "    "):
         self.lines, self.prefix, self.indent = lines, prefix, indent
 
-    def draw(self, inputs, outputs, nodes, constants: dict[str, str], functions: dict) -> list[tuple[str, tuple]]:
+    def draw(
+        self, inputs, outputs, nodes, constants: dict[str, str], functions: dict
+    ) -> list[tuple[str, tuple]]:
         """Draw the boxes and edges; return (node id, function key) for every node that calls a function."""
         p, say = self.prefix, self.lines.append
-        producer: dict[str, tuple[str, int, int]] = {}  # tensor -> (box, output index, number of box's outputs)
+        producer: dict[
+            str, tuple[str, int, int]
+        ] = {}  # tensor -> (box, output index, number of box's outputs)
         for index, (name, text) in enumerate(inputs):
             label = f"{name}: {text}" if text else name
             say(f'{self.indent}{p}i{index}(["{escape(label)}"])')
@@ -113,7 +128,11 @@ class Drawing:
         used = {name for node in nodes for name in node.input}
         folded = {}  # Constant nodes drawn inside their consumers
         for node in nodes:
-            if node.op_type == "Constant" and node.domain in STANDARD_DOMAINS and len(node.attribute) == 1:
+            if (
+                node.op_type == "Constant"
+                and node.domain in STANDARD_DOMAINS
+                and len(node.attribute) == 1
+            ):
                 if node.output[0] in used and node.output[0] not in {name for name, _ in outputs}:
                     folded[node.output[0]] = attribute_text(node.attribute[0]).split("=", 1)[1]
         constants = {**constants, **folded}
@@ -123,7 +142,11 @@ class Drawing:
                 continue
             box = f"{p}n{index}"
             label = [op_name(node)] + [attribute_text(a) for a in node.attribute]
-            label += [f"in{k} = {constants[name]}" for k, name in enumerate(node.input) if name in constants]
+            label += [
+                f"in{k} = {constants[name]}"
+                for k, name in enumerate(node.input)
+                if name in constants
+            ]
             text = escape(label[0]) + "".join("<br/>" + escape(x) for x in label[1:])
             call = (node.domain, node.op_type) in functions
             say(f'{self.indent}{box}[["{text}"]]' if call else f'{self.indent}{box}["{text}"]')
@@ -136,13 +159,17 @@ class Drawing:
             if call:
                 calls.append((box, (node.domain, node.op_type)))
         for index, (name, text) in enumerate(outputs):
+            if GENERATED_NAME.match(name):  # a value number says nothing: say what it is
+                name = "output" if len(outputs) == 1 else f"output {index}"
             label = f"{name}: {text}" if text else name
             say(f'{self.indent}{p}o{index}(["{escape(label)}"])')
             if name in producer:
                 self.edge(producer[name], f"{p}o{index}", name, named=False)
         return calls
 
-    def edge(self, source: tuple[str, int, int], target: str, tensor: str, named: bool = True) -> None:
+    def edge(
+        self, source: tuple[str, int, int], target: str, tensor: str, named: bool = True
+    ) -> None:
         """An edge, labelled with its tensor's name where that helps: out of a node with several outputs, or an
         intermediate tensor with a meaningful name (not a graph input or output: their boxes say the name)."""
         box, _, count = source
@@ -162,6 +189,8 @@ def render(model: onnx.ModelProto) -> str:
     inputs = [(v.name, type_text(v.type)) for v in graph.input if v.name not in constants]
     outputs = [(v.name, type_text(v.type)) for v in graph.output]
     calls = Drawing(lines, "").draw(inputs, outputs, list(graph.node), constants, functions)
+    if functions or sum(" --> " in line or " -->|" in line for line in lines) > SIDEWAYS:
+        lines[0] = "flowchart TB"  # a long chain drawn sideways would shrink to fit the column
     for number_, key in enumerate(sorted(functions)):
         function = functions[key]
         fid = f"f{number_}"
@@ -170,6 +199,7 @@ def render(model: onnx.ModelProto) -> str:
             names = list(function.attribute) + [a.name for a in function.attribute_proto]
             title += f" ({', '.join(names)})"
         lines.append(f'    subgraph {fid}["{escape(title)}"]')
+        lines.append("        direction TB")
         Drawing(lines, f"{fid}_", "        ").draw(
             [(name, "") for name in function.input],
             [(name, "") for name in function.output],
@@ -181,6 +211,10 @@ def render(model: onnx.ModelProto) -> str:
         for box, called in calls:
             if called == key:
                 lines.append(f"    {box} -. body .-> {fid}")
+    if (
+        functions
+    ):  # the graph's outputs below the bodies, not beside them (the picture stays narrow)
+        lines += [f"    f{len(functions) - 1} ~~~ o{k}" for k in range(len(outputs))]
     return "\n".join(lines) + "\n"
 
 
@@ -220,9 +254,15 @@ def fix_command(folder: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="redraw the pictures in the folders' READMEs")
-    mode.add_argument("--check", action="store_true", help="exit 1 if a README's picture differs from its model")
-    parser.add_argument("--models", default="{folder}/output", help="where the models are (default: %(default)s)")
+    mode.add_argument(
+        "--write", action="store_true", help="redraw the pictures in the folders' READMEs"
+    )
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 if a README's picture differs from its model"
+    )
+    parser.add_argument(
+        "--models", default="{folder}/output", help="where the models are (default: %(default)s)"
+    )
     parser.add_argument("paths", nargs="*", metavar="MODEL_OR_FOLDER")
     args = parser.parse_args(argv)
     if not (args.write or args.check):
@@ -263,8 +303,14 @@ def main(argv: list[str] | None = None) -> int:
                 twin.write_text(redrawn, encoding="utf-8")
                 print(f"{folder}/README.zh-CN.md: redrawn")
         else:
-            stale = [a for (a, old), (_, fresh) in zip(pictures(readme), pictures(new), strict=True) if old != fresh]
-            print(f"FAIL: {folder}/README.md: out of date: {', '.join(stale)}; fix: {fix_command(folder)}")
+            stale = [
+                a
+                for (a, old), (_, fresh) in zip(pictures(readme), pictures(new), strict=True)
+                if old != fresh
+            ]
+            print(
+                f"FAIL: {folder}/README.md: out of date: {', '.join(stale)}; fix: {fix_command(folder)}"
+            )
             failed += 1
     return 1 if failed else 0
 

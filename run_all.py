@@ -40,7 +40,9 @@ ROOT = pathlib.Path(__file__).resolve().parent
 SKIP_EXIT_CODE = 77  # the exit status an example uses for "cannot run here", as in automake
 REASON_LINES = 3  # how many of an example's last output lines explain a SKIP or FAIL
 GRACE_SECONDS = 3.0  # after SIGTERM, how long an example's processes get before SIGKILL
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class StopRequest:
@@ -93,7 +95,9 @@ def positive_seconds(text: str) -> float:
 
 def non_empty_path(text: str) -> pathlib.Path:
     if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty (it would write into the example folders)")
+        raise argparse.ArgumentTypeError(
+            "must not be empty (it would write into the example folders)"
+        )
     return pathlib.Path(text)
 
 
@@ -107,7 +111,9 @@ def process_table() -> dict[int, tuple[int, int, str]]:
     table = {}
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
         try:
-            state, ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]  # after "pid (command)"
+            state, ppid, pgrp = (
+                stat.read_text().rsplit(")", 1)[1].split()[:3]
+            )  # after "pid (command)"
         except (OSError, ValueError):
             continue  # it ended while we looked
         table[int(stat.parent.name)] = (int(ppid), int(pgrp), state)
@@ -156,7 +162,9 @@ def signal_groups(groups: set[int], signum: int) -> None:
 def stop_group(proc: subprocess.Popen) -> None:
     """Stop the example and every process it started: SIGTERM to its process group (and to the groups its
     descendants started), SIGKILL to what is left after a grace, or at once on another Ctrl-C."""
-    groups = {proc.pid} | tree_groups(proc.pid, process_table())  # start_new_session: it leads its group
+    groups = {proc.pid} | tree_groups(
+        proc.pid, process_table()
+    )  # start_new_session: it leads its group
     signal_groups(groups, signal.SIGTERM)
     signals_before = len(STOP.signals)
     deadline = time.monotonic() + GRACE_SECONDS
@@ -187,10 +195,14 @@ def run_example(
         command += ["--out", str((out / name).resolve())]
     if verbose:
         command.append("-v")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")  # so the lines printed before a hang reach the summary
+    env = dict(
+        os.environ, PYTHONUNBUFFERED="1"
+    )  # so the lines printed before a hang reach the summary
     lines: list[str] = []
 
-    def read(stream) -> None:  # output as it comes, so a hang or Ctrl-C loses nothing printed before
+    def read(
+        stream,
+    ) -> None:  # output as it comes, so a hang or Ctrl-C loses nothing printed before
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace")
             lines.append(line)
@@ -221,8 +233,12 @@ def run_example(
     # Also when it exited by itself: whatever it left running is stopped (and then holds no pipe).
     stop_group(proc)
     reader.join(timeout=5)
-    if reader.is_alive():  # a process that escaped the tree (a daemon in a new session) holds the pipe open
-        lines.append(f"[run_all: a process {name} started still holds its output open; not waiting for it]\n")
+    if (
+        reader.is_alive()
+    ):  # a process that escaped the tree (a daemon in a new session) holds the pipe open
+        lines.append(
+            f"[run_all: a process {name} started still holds its output open; not waiting for it]\n"
+        )
     else:
         proc.stdout.close()  # not while the reader blocks on it: that would wait for the reader
     seconds = time.monotonic() - start
@@ -249,7 +265,10 @@ def print_summary(results: list[dict], not_run: list[str]) -> None:
     print(f"{'-' * width}  ------  -------  ------")
     for r in results:
         print(f"{r['name']:<{width}}  {r['status']:<6}  {r['seconds']:7.1f}  {r['reason']}")
-    counts = {status: sum(r["status"] == status for r in results) for status in ("PASS", "FAIL", "SKIP", "INT")}
+    counts = {
+        status: sum(r["status"] == status for r in results)
+        for status in ("PASS", "FAIL", "SKIP", "INT")
+    }
     closing = f"\n{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"
     if counts["INT"]:
         closing += f", {counts['INT']} interrupted"
@@ -259,10 +278,19 @@ def print_summary(results: list[dict], not_run: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("names", nargs="*", metavar="NAME", help="examples to run (default: all)")
-    parser.add_argument("--list", action="store_true", help="print the examples (the ones named, or all) and exit")
-    parser.add_argument("--out", type=non_empty_path, metavar="DIR", help="write example NAME's models under DIR/NAME")
+    parser.add_argument(
+        "--list", action="store_true", help="print the examples (the ones named, or all) and exit"
+    )
+    parser.add_argument(
+        "--out",
+        type=non_empty_path,
+        metavar="DIR",
+        help="write example NAME's models under DIR/NAME",
+    )
     parser.add_argument(
         "--timeout",
         type=positive_seconds,
@@ -280,10 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     examples = discover()
-    names = list(dict.fromkeys(normalise(name, examples) for name in args.names))  # in order, once each
+    names = list(
+        dict.fromkeys(normalise(name, examples) for name in args.names)
+    )  # in order, once each
     unknown = [name for name in names if name not in examples]
     if unknown:
-        print(f"unknown example(s): {', '.join(unknown)}; valid: {', '.join(examples)}", file=sys.stderr)
+        print(
+            f"unknown example(s): {', '.join(unknown)}; valid: {', '.join(examples)}",
+            file=sys.stderr,
+        )
         return 2
     selected = names or examples
     if args.list:

@@ -37,7 +37,9 @@ STACKS = {  # name -> the requirements file that pins it; the last is the defaul
     "torch-2.14": "requirements.txt",
 }
 RESULTS = ROOT / ".stacks"
-TABLE_BEGIN = "<!-- version table: written by `python run_stacks.py --write-table`; do not edit by hand -->"
+TABLE_BEGIN = (
+    "<!-- version table: written by `python run_stacks.py --write-table`; do not edit by hand -->"
+)
 TABLE_END = "<!-- end of version table -->"
 ERRORS = ROOT / "ERRORS.md"
 RAISED_BY = {  # what raises an error (CAUSES in each test.py) -> its section of ERRORS.md, in this order
@@ -74,13 +76,18 @@ def environment(stack: str) -> pathlib.Path:
     python = ROOT / f".venv-{stack}" / "bin" / "python"
     if python.exists():
         return python
-    print(f"building .venv-{stack} from {STACKS[stack]} (a few GB to download, a few minutes)", flush=True)
+    print(
+        f"building .venv-{stack} from {STACKS[stack]} (a few GB to download, a few minutes)",
+        flush=True,
+    )
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
     log = python.parent.parent / "pip-install.log"
     with log.open("w") as sink:
         install = subprocess.run(
-            [str(python), "-m", "pip", "install", "-r", str(ROOT / STACKS[stack])], stdout=sink, stderr=sink
+            [str(python), "-m", "pip", "install", "-r", str(ROOT / STACKS[stack])],
+            stdout=sink,
+            stderr=sink,
         )
     if install.returncode != 0:
         print(log.read_text(errors="replace")[-4000:])
@@ -93,10 +100,15 @@ def environment(stack: str) -> pathlib.Path:
 def run_stack(stack: str, python: pathlib.Path, names: list[str]) -> int:
     out = RESULTS / stack
     version = subprocess.run(
-        [str(python), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=True
+        [str(python), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     print(f"\n=== {stack}: torch {version} ({python}) ===", flush=True)
-    return subprocess.run([str(python), str(ROOT / "run_all.py"), "--out", str(out), *names], cwd=ROOT).returncode
+    return subprocess.run(
+        [str(python), str(ROOT / "run_all.py"), "--out", str(out), *names], cwd=ROOT
+    ).returncode
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +148,9 @@ def load_summary(stack: str, name: str) -> dict | None:
 
 
 def torch_version(stack: str) -> str:
-    return re.search(r"^torch==(\S+)", (ROOT / STACKS[stack]).read_text(encoding="utf-8"), re.M).group(1)
+    return re.search(
+        r"^torch==(\S+)", (ROOT / STACKS[stack]).read_text(encoding="utf-8"), re.M
+    ).group(1)
 
 
 def table(summaries: dict[str, dict[str, dict | None]]) -> str:
@@ -149,7 +163,9 @@ def table(summaries: dict[str, dict[str, dict | None]]) -> str:
     for name in examples():
         for number, title in readme_steps(name):
             cells = [cell(summaries[s].get(name), number) for s in stacks]
-            lines.append(f"| [`{name}/`]({name}/) | {number}. {title} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| [`{name}/`]({name}/) | {number}. {title} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines)
 
 
@@ -163,8 +179,15 @@ def committed_table() -> str:
 def column(table_text: str, stack: str) -> dict[tuple[str, str], str]:
     """(example, step) -> cell of STACK's column in a table written by table()."""
     index = 2 + list(STACKS).index(stack)
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table_text.splitlines()[2:]]
-    return {(row[0].split("`")[1].rstrip("/"), row[1].split(".", 1)[0]): row[index] for row in rows if len(row) > index}
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in table_text.splitlines()[2:]
+    ]
+    return {
+        (row[0].split("`")[1].rstrip("/"), row[1].split(".", 1)[0]): row[index]
+        for row in rows
+        if len(row) > index
+    }
 
 
 def write_table(text: str) -> None:
@@ -174,10 +197,14 @@ def write_table(text: str) -> None:
             continue
         content = readme.read_text(encoding="utf-8")
         if TABLE_BEGIN not in content:
-            raise SystemExit(f"{readme.name} has no {TABLE_BEGIN!r} marker to write the table after")
+            raise SystemExit(
+                f"{readme.name} has no {TABLE_BEGIN!r} marker to write the table after"
+            )
         before, rest = content.split(TABLE_BEGIN, 1)
         after = rest.split(TABLE_END, 1)[1]
-        readme.write_text(f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8")
+        readme.write_text(
+            f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +243,9 @@ def error_rows(summary: dict | None, name: str) -> set[tuple[str, str, str, str]
             error = code(clean(entry["error"]))
             if entry["further_down"]:
                 error += "<br>further down: " + code(clean(entry["further_down"]))
-            fixed_in = str(entry.get("fixed_in", number))  # the step that fixes it: the same or a later one
+            fixed_in = str(
+                entry.get("fixed_in", number)
+            )  # the step that fixes it: the same or a later one
             heading = f"{fixed_in}. {titles.get(fixed_in, '')}"
             link = f"[`{name}/` step {fixed_in}]({name}/README.md#{anchor(heading)})"
             rows.add((entry["raised_by"], error, entry["cause"].replace("|", "\\|"), link))
@@ -232,7 +261,9 @@ def errors_page(summaries: dict[str, dict[str, dict | None]]) -> str:
                 versions.setdefault(row, []).append(torch_version(stack))
     unknown = {row[0] for row in versions} - set(RAISED_BY)
     if unknown:
-        raise SystemExit(f"CAUSES names what raises an error as {sorted(unknown)}; ERRORS.md knows {list(RAISED_BY)}")
+        raise SystemExit(
+            f"CAUSES names what raises an error as {sorted(unknown)}; ERRORS.md knows {list(RAISED_BY)}"
+        )
     parts = [ERRORS_HEADER]
     for raised_by, title in RAISED_BY.items():
         rows = sorted(row for row in versions if row[0] == raised_by)
@@ -269,8 +300,14 @@ def errors_differ(stack: str, summaries: dict[str, dict | None], names: list[str
     for name in names:
         have = error_rows(summaries.get(name), name)
         want = {row for row in committed_errors(stack) if row[3].startswith(f"[`{name}/`")}
-        wrong += [f"{name}: ERRORS.md lists {row[1]} (step {row[3]}), not reproduced" for row in sorted(want - have)]
-        wrong += [f"{name}: reproduced {row[1]} ({row[3]}), not in ERRORS.md" for row in sorted(have - want)]
+        wrong += [
+            f"{name}: ERRORS.md lists {row[1]} (step {row[3]}), not reproduced"
+            for row in sorted(want - have)
+        ]
+        wrong += [
+            f"{name}: reproduced {row[1]} ({row[3]}), not in ERRORS.md"
+            for row in sorted(have - want)
+        ]
     return wrong
 
 
@@ -278,13 +315,30 @@ def errors_differ(stack: str, summaries: dict[str, dict | None], names: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stacks", nargs="*", metavar="STACK", help=f"stacks to run: {', '.join(STACKS)} (default: all)")
-    parser.add_argument("--python", action="append", default=[], metavar="STACK=PATH", help="use PATH for STACK")
-    parser.add_argument("--write-table", action="store_true", help="rewrite README.md's table and ERRORS.md")
-    parser.add_argument("--check-table", action="store_true", help="fail when README.md's table or ERRORS.md differ")
-    parser.add_argument("--examples", nargs="+", default=[], metavar="NAME", help="run only these examples")
-    parser.add_argument("--no-run", action="store_true", help="only write or check the table, from the last runs")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "stacks",
+        nargs="*",
+        metavar="STACK",
+        help=f"stacks to run: {', '.join(STACKS)} (default: all)",
+    )
+    parser.add_argument(
+        "--python", action="append", default=[], metavar="STACK=PATH", help="use PATH for STACK"
+    )
+    parser.add_argument(
+        "--write-table", action="store_true", help="rewrite README.md's table and ERRORS.md"
+    )
+    parser.add_argument(
+        "--check-table", action="store_true", help="fail when README.md's table or ERRORS.md differ"
+    )
+    parser.add_argument(
+        "--examples", nargs="+", default=[], metavar="NAME", help="run only these examples"
+    )
+    parser.add_argument(
+        "--no-run", action="store_true", help="only write or check the table, from the last runs"
+    )
     args = parser.parse_args(argv)
     unknown = [s for s in args.stacks if s not in STACKS]
     if unknown:
@@ -293,8 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.python:
         stack, _, path = item.partition("=")
         if stack not in STACKS or not path:
-            parser.error(f"--python takes STACK=PATH with STACK one of {', '.join(STACKS)}, not {item!r}")
-        pythons[stack] = pathlib.Path(path).absolute()  # not resolve(): a venv's python is a symlink
+            parser.error(
+                f"--python takes STACK=PATH with STACK one of {', '.join(STACKS)}, not {item!r}"
+            )
+        pythons[stack] = pathlib.Path(
+            path
+        ).absolute()  # not resolve(): a venv's python is a symlink
     selected = args.stacks or list(STACKS)
 
     failed = []
@@ -307,7 +365,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_table:
         write_table(table(summaries))
         print("wrote the version table in README.md and README.zh-CN.md")
-        missing = [f"{s}/{name}" for s in STACKS for name, summary in summaries[s].items() if summary is None]
+        missing = [
+            f"{s}/{name}"
+            for s in STACKS
+            for name, summary in summaries[s].items()
+            if summary is None
+        ]
         if missing:
             print(f"ERRORS.md not written: no run of {', '.join(missing)} (run every stack first)")
             failed.append("ERRORS.md")
@@ -321,10 +384,14 @@ def main(argv: list[str] | None = None) -> int:
             wrong = [
                 f"{name} step {number}: README says {want.get((name, number))!r}, the run gives {value!r}"
                 for (name, number), value in have.items()
-                if want.get((name, number)) != value and (not args.examples or name in args.examples)
+                if want.get((name, number)) != value
+                and (not args.examples or name in args.examples)
             ]
             if wrong:
-                print(f"README.md's version table is out of date for {stack}:\n  " + "\n  ".join(wrong))
+                print(
+                    f"README.md's version table is out of date for {stack}:\n  "
+                    + "\n  ".join(wrong)
+                )
                 failed.append(f"{stack} table")
             wrong = errors_differ(stack, summaries[stack], args.examples or examples())
             if wrong:

@@ -68,7 +68,9 @@ def synced(english: str, chinese: str) -> str:
     """CHINESE with ENGLISH's fenced blocks and version table; ValueError when the block counts differ."""
     en, zh = fences(english), fences(chinese)
     if len(en) != len(zh):
-        raise ValueError(f"{len(en)} fenced blocks in the English page, {len(zh)} in the Chinese one")
+        raise ValueError(
+            f"{len(en)} fenced blocks in the English page, {len(zh)} in the Chinese one"
+        )
     parts, last = [], 0
     for (a, b), block in zip(spans(chinese), en, strict=True):
         parts.append(chinese[last:a])
@@ -83,7 +85,9 @@ def synced(english: str, chinese: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--check", action="store_true", help="only report the pages that differ")
     args = parser.parse_args(argv)
     problems = 0

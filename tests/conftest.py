@@ -36,7 +36,9 @@ class ExampleRun:
         import onnx
 
         path = self.out / relative
-        assert path.is_file(), f"{self.name} did not write {relative}; its output ends:\n{self.output[-3000:]}"
+        assert path.is_file(), (
+            f"{self.name} did not write {relative}; its output ends:\n{self.output[-3000:]}"
+        )
         return onnx.load(str(path))
 
 
@@ -117,7 +119,9 @@ def page_run(tmp_path_factory, example_run):
             if len(scripts) > 1:
                 second = rknn_python()
                 if second is None:
-                    pytest.skip(f"{name}'s second page script needs the RKNN environment (.venv-rknn)")
+                    pytest.skip(
+                        f"{name}'s second page script needs the RKNN environment (.venv-rknn)"
+                    )
                 interpreters.append(second)
             returncode, output = 0, ""
             for number, (script, python) in enumerate(zip(scripts, interpreters, strict=True)):

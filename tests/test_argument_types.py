@@ -51,8 +51,14 @@ CUSTOM_NODE_MODELS = [
     ("all_kinds_dynamo.onnx", "custom_translation_table", ["x", "bias"], WITH_BIAS),
     ("all_kinds_dynamo_no_bias.onnx", "custom_translation_table", ["x"], NO_BIAS),
 ]
-STANDARD_MODELS = [("all_kinds_standard.onnx", WITH_BIAS), ("all_kinds_standard_no_bias.onnx", NO_BIAS)]
-RTOL, ATOL = 1e-5, 1e-5  # the README's: sums of 20 float32 products, in another order than PyTorch's
+STANDARD_MODELS = [
+    ("all_kinds_standard.onnx", WITH_BIAS),
+    ("all_kinds_standard_no_bias.onnx", NO_BIAS),
+]
+RTOL, ATOL = (
+    1e-5,
+    1e-5,
+)  # the README's: sums of 20 float32 products, in another order than PyTorch's
 SEEDS = range(20)
 
 
@@ -104,7 +110,9 @@ def torch_all_kinds(x, bias, alpha, k, flag, mode, dims, scales):
 
 def python_values(attrs: dict) -> list:
     """The model's arguments back from the attribute table: alpha, k, flag (a bool again), mode, dims, scales."""
-    alpha, k, flag, mode, dims, scales = (attrs[name][1] for name in ("alpha", "k", "flag", "mode", "dims", "scales"))
+    alpha, k, flag, mode, dims, scales = (
+        attrs[name][1] for name in ("alpha", "k", "flag", "mode", "dims", "scales")
+    )
     return [alpha, k, bool(flag), mode, dims, scales]
 
 
@@ -126,7 +134,10 @@ def test_every_exporter_writes_the_same_node(run):
     """Attribute order aside, the three mechanisms agree on every input, type and value."""
     for with_bias in (True, False):
         suffix = "" if with_bias else "_no_bias"
-        nodes = [run.model(f"{stem}{suffix}.onnx").graph.node[0] for stem in ("all_kinds", "all_kinds_function")]
+        nodes = [
+            run.model(f"{stem}{suffix}.onnx").graph.node[0]
+            for stem in ("all_kinds", "all_kinds_function")
+        ]
         nodes.append(run.model(f"all_kinds_dynamo{suffix}.onnx").graph.node[0])
         assert len({tuple(n.input) for n in nodes}) == 1
         assert all(attributes(n) == attributes(nodes[0]) for n in nodes)
@@ -141,7 +152,10 @@ def test_standard_onnx_turns_arguments_into_constants(run, filename, expected):
         for c in (onnx.numpy_helper.to_array(t) for t in model.graph.initializer)
     }
     assert ("int64", tuple(expected["dims"][1])) in constants  # op.Constant(value_ints=dims)
-    assert ("float32", tuple(expected["scales"][1])) in constants  # op.Constant(value_floats=scales), cast
+    assert (
+        "float32",
+        tuple(expected["scales"][1]),
+    ) in constants  # op.Constant(value_floats=scales), cast
     assert ("float32", (expected["alpha"][1],)) in constants
     assert ("float32", (float(expected["k"][1]),)) in constants
     ops = [n.op_type for n in model.graph.node]
@@ -154,7 +168,9 @@ def test_what_each_mechanism_receives(run):
     """The lines the example prints from inside each symbolic, translation and kernel: the table's evidence."""
     out = run.output
     scalars = "float, int, bool, str, list[int], list[float]"
-    assert out.count(f"all_kinds_symbolic received: Value, Value, {scalars}") == 2  # even an omitted bias
+    assert (
+        out.count(f"all_kinds_symbolic received: Value, Value, {scalars}") == 2
+    )  # even an omitted bias
     assert f"AllKindsFunction.symbolic received: Value, Value, {scalars}" in out
     assert f"AllKindsFunction.symbolic received: Value, NoneType, {scalars}" in out
     assert f"all_kinds_translation received: SymbolicTensor, SymbolicTensor, {scalars}" in out
@@ -179,7 +195,11 @@ def test_build_and_comparison_lines(run):
     out = run.output
     assert "  building the C++ extension: about a minute the first time, cached after" in out
     assert "  built " in out or "  reused the cached build " in out
-    reference = [f"all_kinds{kind}{bias}.onnx" for kind in ("", "_function", "_dynamo") for bias in ("", "_no_bias")]
+    reference = [
+        f"all_kinds{kind}{bias}.onnx"
+        for kind in ("", "_function", "_dynamo")
+        for bias in ("", "_no_bias")
+    ]
     for name, runtime in [
         *[(name, "onnx.reference") for name in reference],
         ("all_kinds_standard.onnx", "ONNX Runtime"),
@@ -194,18 +214,27 @@ def test_tolerances_hold_over_seeds(run):
     worst = 0.0
     for seed in SEEDS:
         generator = torch.Generator().manual_seed(seed)
-        x, bias = torch.randn(2, 3, 4, 5, generator=generator), torch.randn(2, 3, 4, 5, generator=generator)
+        x, bias = (
+            torch.randn(2, 3, 4, 5, generator=generator),
+            torch.randn(2, 3, 4, 5, generator=generator),
+        )
         cases = [(f, inputs == ["x", "bias"], attrs) for f, _, inputs, attrs in CUSTOM_NODE_MODELS]
         cases += [(f, attrs is WITH_BIAS, attrs) for f, attrs in STANDARD_MODELS]
         for filename, with_bias, attrs in cases:
             feeds = {"x": x.numpy(), **({"bias": bias.numpy()} if with_bias else {})}
-            expected = torch_all_kinds(x, bias if with_bias else None, *python_values(attrs)).numpy()
+            expected = torch_all_kinds(
+                x, bias if with_bias else None, *python_values(attrs)
+            ).numpy()
             path = str(run.out / filename)
             if filename.startswith("all_kinds_standard"):
-                (actual,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+                (actual,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+                    None, feeds
+                )
             else:
                 (actual,) = ReferenceEvaluator(path, new_ops=[example.AllKinds]).run(None, feeds)
-            np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL, err_msg=f"{filename}, seed {seed}")
+            np.testing.assert_allclose(
+                actual, expected, rtol=RTOL, atol=ATOL, err_msg=f"{filename}, seed {seed}"
+            )
             worst = max(worst, float(np.max(np.abs(actual - expected))))
     print(f"largest difference over {len(SEEDS)} seeds: {worst:.1e}")
     assert worst < ATOL / 2, "the stated tolerance has less than 2x headroom"
@@ -258,12 +287,23 @@ def test_translation_annotations_do_not_set_the_attribute_types(onnx_schema, tmp
     argdemo = onnxscript.values.Opset("argdemo", 1)
 
     def unannotated(x, bias, alpha, k, flag, mode, dims, scales):
-        return argdemo.AllKinds(x, bias, alpha=alpha, k=k, flag=flag, mode=mode, dims=dims, scales=scales)
+        return argdemo.AllKinds(
+            x, bias, alpha=alpha, k=k, flag=flag, mode=mode, dims=dims, scales=scales
+        )
 
     def wrongly_annotated(
-        x, bias, alpha: int, k: float, flag: str, mode: int, dims: Sequence[float], scales: Sequence[int]
+        x,
+        bias,
+        alpha: int,
+        k: float,
+        flag: str,
+        mode: int,
+        dims: Sequence[float],
+        scales: Sequence[int],
     ):
-        return argdemo.AllKinds(x, bias, alpha=alpha, k=k, flag=flag, mode=mode, dims=dims, scales=scales)
+        return argdemo.AllKinds(
+            x, bias, alpha=alpha, k=k, flag=flag, mode=mode, dims=dims, scales=scales
+        )
 
     for translation in (unannotated, wrongly_annotated):
         node = export_dynamo(op, translation, tmp_path)
@@ -301,13 +341,24 @@ def test_a_custom_op_exports_like_the_cpp_op(onnx_schema, tmp_path, capsys):
     model = example.AllKindsModel(op, *python_values(WITH_BIAS)).eval()
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
     path = tmp_path / "custom_op.onnx"
-    torch.onnx.export(model, (x, bias), path, dynamo=False, opset_version=18, input_names=["x", "bias"])
-    nodes = [onnx.load(str(path)).graph.node[0], export_dynamo(op, example.all_kinds_translation, tmp_path)]
+    torch.onnx.export(
+        model, (x, bias), path, dynamo=False, opset_version=18, input_names=["x", "bias"]
+    )
+    nodes = [
+        onnx.load(str(path)).graph.node[0],
+        export_dynamo(op, example.all_kinds_translation, tmp_path),
+    ]
     for node in nodes:
         assert list(node.input) == ["x", "bias"] and attributes(node) == WITH_BIAS
     out = capsys.readouterr().out
-    assert "all_kinds_symbolic received: Value, Value, float, int, bool, str, list[int], list[float]" in out
-    assert "all_kinds_translation received: SymbolicTensor, SymbolicTensor, float, int, bool, str, list[int]" in out
+    assert (
+        "all_kinds_symbolic received: Value, Value, float, int, bool, str, list[int], list[float]"
+        in out
+    )
+    assert (
+        "all_kinds_translation received: SymbolicTensor, SymbolicTensor, float, int, bool, str, list[int]"
+        in out
+    )
 
 
 @TORCHSCRIPT_DEPRECATION
@@ -320,14 +371,23 @@ def test_parse_args_passing_the_none_value_on_writes_an_empty_input(tmp_path):
 
     @parse_args("v", "v", "f", "i", "b", "s", "is", "fs")
     def symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
-        attributes = {"alpha_f": alpha, "k_i": k, "flag_i": flag, "mode_s": mode, "dims_i": dims, "scales_f": scales}
+        attributes = {
+            "alpha_f": alpha,
+            "k_i": k,
+            "flag_i": flag,
+            "mode_s": mode,
+            "dims_i": dims,
+            "scales_f": scales,
+        }
         y = g.op("argdemo::AllKinds", x, bias, **attributes)
         return y.setType(x.type().with_sizes([2, 3, 1, 1]))
 
     register_custom_op_symbolic("argdemo_empty_input::all_kinds", symbolic, 18)
     model = example.AllKindsModel(op, *python_values(WITH_BIAS)).eval()
     path = tmp_path / "empty_input.onnx"
-    torch.onnx.export(model, (torch.randn(2, 3, 4, 5),), path, dynamo=False, opset_version=18, input_names=["x"])
+    torch.onnx.export(
+        model, (torch.randn(2, 3, 4, 5),), path, dynamo=False, opset_version=18, input_names=["x"]
+    )
     (node,) = onnx.load(str(path)).graph.node
     assert list(node.input) == ["x", ""]
 
@@ -345,7 +405,9 @@ PY_OPS: dict[str, object] = {}  # alias analysis -> (library, op), defined once 
         ("CONSERVATIVE", "v", [1.0, 2.0, 3.0]),
     ],
 )
-def test_float_list_descriptor_depends_on_how_the_op_was_registered(tmp_path, alias_analysis, descriptor, expected):
+def test_float_list_descriptor_depends_on_how_the_op_was_registered(
+    tmp_path, alias_analysis, descriptor, expected
+):
     """Note 5: "fs" reads a float list from a schema-string op (TORCH_LIBRARY, custom_op), where the traced
     list is folded into one constant. torch::RegisterOperators gives an op CONSERVATIVE alias analysis (it
     may write to its lists), so the list stays a prim::ListConstruct: "fs" fails, and "v" plus reading each
@@ -363,14 +425,18 @@ def test_float_list_descriptor_depends_on_how_the_op_was_registered(tmp_path, al
     def symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
         if descriptor == "v":
             scales = [element.node().t("value").item() for element in scales.node().inputs()]
-        return g.op("argdemo::AllKinds", x, scales_f=scales).setType(x.type().with_sizes([2, 3, 1, 1]))
+        return g.op("argdemo::AllKinds", x, scales_f=scales).setType(
+            x.type().with_sizes([2, 3, 1, 1])
+        )
 
     register_custom_op_symbolic(f"{namespace}::all_kinds", symbolic, 18)
     model = example.AllKindsModel(op, *python_values(WITH_BIAS)).eval()
     path = tmp_path / "scales.onnx"
     if isinstance(expected, str):
         with pytest.raises(Exception, match=expected):
-            torch.onnx.export(model, (torch.randn(2, 3, 4, 5),), path, dynamo=False, opset_version=18)
+            torch.onnx.export(
+                model, (torch.randn(2, 3, 4, 5),), path, dynamo=False, opset_version=18
+            )
         return
     torch.onnx.export(model, (torch.randn(2, 3, 4, 5),), path, dynamo=False, opset_version=18)
     (node,) = onnx.load(str(path)).graph.node
@@ -405,7 +471,11 @@ def test_none_handed_to_g_op_crashes_the_interpreter():
     """Note 1: in an autograd.Function's symbolic an omitted Tensor? is None; g.op(..., x, None) is a segfault
     (torch 2.14.1), not an error. If a release turns it into an error, this test says so."""
     child = run_child(SEGFAULT_CHILD)
-    assert child.returncode == -signal.SIGSEGV, (child.returncode, child.stdout[-2000:], child.stderr[-2000:])
+    assert child.returncode == -signal.SIGSEGV, (
+        child.returncode,
+        child.stdout[-2000:],
+        child.stderr[-2000:],
+    )
 
 
 KERNEL_CHILD = """
@@ -480,7 +550,9 @@ scenario("declared twice", "Scalars", {"alpha": PyCustomOpDef.dt_float})
 
 
 def run_child(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
 
 
 @pytest.fixture(scope="module")
@@ -497,7 +569,9 @@ def test_python_kernel_runs_the_node_when_it_declares_scalars_only(kernel_scenar
     assert kernel_scenarios["scalars"] == "ran"
 
 
-@pytest.mark.parametrize("scenario", ["dims as dt_int64", "dims as dt_string", "scales as dt_float"])
+@pytest.mark.parametrize(
+    "scenario", ["dims as dt_int64", "dims as dt_string", "scales as dt_float"]
+)
 def test_python_kernel_cannot_read_a_list_attribute(kernel_scenarios, scenario):
     """Note 4: whatever scalar type a kernel declares for an INTS or FLOATS attribute, ORT refuses the session."""
     name = scenario.split()[0]
@@ -507,7 +581,10 @@ def test_python_kernel_cannot_read_a_list_attribute(kernel_scenarios, scenario):
 
 def test_python_kernel_refuses_an_empty_optional_input(kernel_scenarios):
     """Note 2: a node written as (x, "") is refused too: the kernel's inputs are not optional."""
-    assert "input 1 is marked single but has an empty string in the graph" in kernel_scenarios["empty input"]
+    assert (
+        "input 1 is marked single but has an empty string in the graph"
+        in kernel_scenarios["empty input"]
+    )
 
 
 def test_python_kernel_must_be_declared_before_the_library_is_registered(kernel_scenarios):
@@ -517,14 +594,23 @@ def test_python_kernel_must_be_declared_before_the_library_is_registered(kernel_
 
 def test_python_kernel_declared_twice_conflicts(kernel_scenarios):
     """Step 8: a second @onnx_op for an op_type makes every later session fail."""
-    assert "Conflicting with a registered kernel with op versions" in kernel_scenarios["declared twice"]
+    assert (
+        "Conflicting with a registered kernel with op versions"
+        in kernel_scenarios["declared twice"]
+    )
 
 
 def test_python_kernel_has_no_bool_attribute_type():
     """Note 4: dt_bool is accepted as an attribute type, and aborts the process when the node runs."""
     pytest.importorskip("onnxruntime_extensions")
-    child = run_child(KERNEL_CHILD.replace("{body}", 'scenario("bool", "Bool", {"flag": PyCustomOpDef.dt_bool})'))
-    assert child.returncode == -signal.SIGABRT, (child.returncode, child.stdout, child.stderr[-2000:])
+    child = run_child(
+        KERNEL_CHILD.replace("{body}", 'scenario("bool", "Bool", {"flag": PyCustomOpDef.dt_bool})')
+    )
+    assert child.returncode == -signal.SIGABRT, (
+        child.returncode,
+        child.stdout,
+        child.stderr[-2000:],
+    )
     assert "Unsupported attribute type 9" in child.stderr
 
 
@@ -548,7 +634,12 @@ def test_without_a_compiler_the_cpp_steps_skip(tmp_path):
     # steps.json, which the top README's version table is made from, says the same (steps.json is not a model)
     summary = json.loads((tmp_path / "steps.json").read_text(encoding="utf-8"))
     statuses = {number: step["status"] for number, step in summary["steps"].items()}
-    assert statuses == {"1": "skipped", "2": "runs", "3": "runs", **{str(n): "skipped" for n in range(4, 9)}}
+    assert statuses == {
+        "1": "skipped",
+        "2": "runs",
+        "3": "runs",
+        **{str(n): "skipped" for n in range(4, 9)},
+    }
     assert summary["steps"]["1"]["why"].startswith("no C++ compiler"), summary
 
 
@@ -559,4 +650,6 @@ def test_steps_json_says_every_step_runs_on_the_pinned_torch(run):
     assert {number: step["status"] for number, step in summary["steps"].items()} == {
         str(n): "runs" for n in range(1, 9)
     }
-    assert f"on torch {torch.__version__}:" not in run.output and "SKIP" not in run.output  # no differs(), no gate
+    assert (
+        f"on torch {torch.__version__}:" not in run.output and "SKIP" not in run.output
+    )  # no differs(), no gate

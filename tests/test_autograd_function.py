@@ -32,7 +32,9 @@ SEEDS = range(20)
 
 def load_example():
     """The example's own module (it runs nothing at import): its classes and tolerances, not copies."""
-    spec = importlib.util.spec_from_file_location("autograd_function_example", ROOT / NAME / "test.py")
+    spec = importlib.util.spec_from_file_location(
+        "autograd_function_example", ROOT / NAME / "test.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -82,14 +84,19 @@ def test_every_step_runs_on_the_pinned_torch(run):
     assert summary["torch"] == torch.__version__.split("+")[0]
     statuses = {number: step["status"] for number, step in summary["steps"].items()}
     assert statuses == {str(n): "runs" for n in range(1, 7)}, statuses
-    assert "on torch" not in run.output and "SKIP" not in run.output  # no differs() line, no skipped step
+    assert (
+        "on torch" not in run.output and "SKIP" not in run.output
+    )  # no differs() line, no skipped step
 
 
 def test_one_function_writes_the_same_node_under_both_exporters(run):
     """MyLeakyRelu: symbolic (dynamo=False), torch.onnx.ops (dynamo=True): one identical node; exact on 20 seeds."""
     nodes = [run.model(f).graph.node for f in ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx")]
     assert [len(n) for n in nodes] == [1, 1]
-    assert nodes[0][0].op_type == nodes[1][0].op_type == "LeakyRelu" and nodes[0][0].domain == nodes[1][0].domain == ""
+    assert (
+        nodes[0][0].op_type == nodes[1][0].op_type == "LeakyRelu"
+        and nodes[0][0].domain == nodes[1][0].domain == ""
+    )
     assert list(nodes[0][0].attribute) == list(nodes[1][0].attribute)  # name, type and value
     sessions = [
         ort.InferenceSession(str(run.out / f), providers=["CPUExecutionProvider"])
@@ -116,7 +123,9 @@ def test_two_outputs_as_one_custom_node(run):
         low, high = evaluator.run(None, {"x": x.numpy()})
         np.testing.assert_array_equal(low, x.amin(-1).numpy())
         np.testing.assert_array_equal(high, x.amax(-1).numpy())
-    assert not (run.out / "failures/my_leaky_relu_unguarded.onnx").exists()  # the unguarded export failed
+    assert not (
+        run.out / "failures/my_leaky_relu_unguarded.onnx"
+    ).exists()  # the unguarded export failed
 
 
 def test_cpp_call_without_a_function_is_a_constant_of_zeros(run):
@@ -130,7 +139,9 @@ def test_cpp_call_without_a_function_is_a_constant_of_zeros(run):
     assert "my_lib.my_add_aten traced as ['aten::mul', 'aten::add']" in run.output
 
 
-@pytest.mark.parametrize("filename, dtype", [("my_relu.onnx", np.float32), ("my_relu_float64.onnx", np.float64)])
+@pytest.mark.parametrize(
+    "filename, dtype", [("my_relu.onnx", np.float32), ("my_relu_float64.onnx", np.float64)]
+)
 def test_clip_min_follows_the_input_dtype(run, filename, dtype):
     const = run.model(filename).graph.node[0].attribute[0].t
     assert numpy_helper.to_array(const).dtype == dtype
@@ -141,7 +152,9 @@ def test_source_clip_min_is_float32_on_float64_input(run):
     assert numpy_helper.to_array(const).dtype == np.float32
 
 
-@pytest.mark.parametrize("filename", ["bicubic_upsample.onnx", "super_resolution.onnx", "super_resolution_dynamo.onnx"])
+@pytest.mark.parametrize(
+    "filename", ["bicubic_upsample.onnx", "super_resolution.onnx", "super_resolution_dynamo.onnx"]
+)
 def test_resize_takes_the_factor_as_a_graph_input(run, filename):
     model = run.model(filename)
     assert [i.name for i in model.graph.input] == ["x", "factor"]
@@ -165,14 +178,18 @@ def test_one_model_upsamples_by_2_and_by_3(run, filename):
         y = torch.relu(F.conv2d(y, w["conv1.weight"], w["conv1.bias"], padding=4))
         y = torch.relu(F.conv2d(y, w["conv2.weight"], w["conv2.bias"]))
         y = F.conv2d(y, w["conv3.weight"], w["conv3.bias"], padding=2)
-        (actual,) = session.run(None, {"x": x.numpy(), "factor": np.array([1, 1, f, f], dtype=np.float32)})
+        (actual,) = session.run(
+            None, {"x": x.numpy(), "factor": np.array([1, 1, f, f], dtype=np.float32)}
+        )
         assert actual.shape == (1, 3, int(16 * f), int(16 * f))
         np.testing.assert_allclose(actual, y.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def export_quietly(model, inputs, path, **kwargs):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the deprecation of dynamo=False and the tolist() TracerWarning
+        warnings.simplefilter(
+            "ignore"
+        )  # the deprecation of dynamo=False and the tolist() TracerWarning
         torch.onnx.export(model, inputs, str(path), dynamo=False, opset_version=17, **kwargs)
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
@@ -200,10 +217,18 @@ def test_upsampler_tolerance_holds_over_seeds(tmp_path, size):
             (actual,) = session.run(None, {"x": x.numpy(), "factor": scales.numpy()})
             expected = example.FunctionUpsample()(x, scales).numpy()
             atol = example.upsample_atol(x)
-            np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"seed {seed}, factor {f:g}")
-            worst[f] = max(worst[f], float(np.max(np.abs(actual.astype(np.float64) - expected))) / atol)
-            fixed_atol_failed += f == 3.0 and not np.allclose(actual, expected, rtol=1e-5, atol=1e-6)
-    assert fixed_atol_failed > 0, "at factor 3 the old fixed tolerance held on every seed: revisit the README"
+            np.testing.assert_allclose(
+                actual, expected, rtol=0, atol=atol, err_msg=f"seed {seed}, factor {f:g}"
+            )
+            worst[f] = max(
+                worst[f], float(np.max(np.abs(actual.astype(np.float64) - expected))) / atol
+            )
+            fixed_atol_failed += f == 3.0 and not np.allclose(
+                actual, expected, rtol=1e-5, atol=1e-6
+            )
+    assert fixed_atol_failed > 0, (
+        "at factor 3 the old fixed tolerance held on every seed: revisit the README"
+    )
     assert worst[2.0] < worst[3.0] < 0.5, worst  # measured: at most 0.13 of the bound at factor 3
 
 
@@ -215,13 +240,19 @@ def test_super_resolution_tolerance_holds_over_seeds(tmp_path):
         sr = example.SuperResolution(example.FunctionUpsample()).eval()
         x = torch.rand(1, 3, 16, 16)
         session = export_quietly(
-            sr, (x, factor3), tmp_path / f"sr{seed}.onnx", input_names=["x", "factor"], output_names=["y"]
+            sr,
+            (x, factor3),
+            tmp_path / f"sr{seed}.onnx",
+            input_names=["x", "factor"],
+            output_names=["y"],
         )
         for f in (2.0, 3.0):
             scales = torch.tensor([1.0, 1.0, f, f])
             (actual,) = session.run(None, {"x": x.numpy(), "factor": scales.numpy()})
             expected = sr(x, scales).detach().numpy()
-            np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6, err_msg=f"seed {seed}, factor {f:g}")
+            np.testing.assert_allclose(
+                actual, expected, rtol=1e-5, atol=1e-6, err_msg=f"seed {seed}, factor {f:g}"
+            )
 
 
 def test_page_compiles_the_same_cpp_source_under_the_same_name():
@@ -234,14 +265,19 @@ def test_page_compiles_the_same_cpp_source_under_the_same_name():
     assert page["MY_ADD_CPP"] == example.MY_ADD_CPP
     names = {re.search(r'name="([^"]+)"', b).group(1) for b in blocks if "load_inline(" in b}
     test_py = (ROOT / NAME / "test.py").read_text(encoding="utf-8")
-    assert names == {"onnx_tutorial_autograd_my_add"} and 'name="onnx_tutorial_autograd_my_add"' in test_py
+    assert (
+        names == {"onnx_tutorial_autograd_my_add"}
+        and 'name="onnx_tutorial_autograd_my_add"' in test_py
+    )
 
 
 def test_ninja_is_found_beside_the_interpreter(monkeypatch, tmp_path):
     """A venv used without activation: ninja is only in the interpreter's scripts folder, not on PATH."""
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
     assert example.ninja_problem() == ""
-    assert os.path.dirname(shutil.which("ninja")) == sysconfig.get_path("scripts")  # put on PATH for the build
+    assert os.path.dirname(shutil.which("ninja")) == sysconfig.get_path(
+        "scripts"
+    )  # put on PATH for the build
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr("sysconfig.get_path", lambda name: str(tmp_path))  # and not there either
     assert "ninja is not installed" in example.ninja_problem()

@@ -40,7 +40,9 @@ def owned_models(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         and isinstance(node.targets[0], ast.Name)
         and node.targets[0].id in ("KEPT", "FAILURES")
     }
-    assert set(found) == {"KEPT", "FAILURES"}, f"{name}/test.py does not declare KEPT and FAILURES at top level"
+    assert set(found) == {"KEPT", "FAILURES"}, (
+        f"{name}/test.py does not declare KEPT and FAILURES at top level"
+    )
     kept = found["KEPT"]
     if isinstance(kept, dict):
         kept = tuple(model for models in kept.values() for model in models)
@@ -101,7 +103,11 @@ def test_stale_files_are_named_never_deleted_and_own_models_replaced(tmp_path):
     out = tmp_path / "models"
     (out / "failures").mkdir(parents=True)
     garbage = b"not an ONNX model, left by someone else\n"
-    foreign = {"junk.onnx": garbage, "failures/old.onnx": garbage, "notes.txt": b"not a model at all\n"}
+    foreign = {
+        "junk.onnx": garbage,
+        "failures/old.onnx": garbage,
+        "notes.txt": b"not a model at all\n",
+    }
     stale_own = {kept[0]: garbage, **({failures[0]: garbage} if failures else {})}
     for relative, content in {**foreign, **stale_own}.items():
         (out / relative).write_bytes(content)
@@ -117,7 +123,9 @@ def test_stale_files_are_named_never_deleted_and_own_models_replaced(tmp_path):
         onnx.checker.check_model(onnx.load(str(out / relative)), full_check=True)
     for relative in stale_own:
         path = out / relative
-        assert not path.exists() or path.read_bytes() != garbage, f"the stale {relative} was not replaced"
+        assert not path.exists() or path.read_bytes() != garbage, (
+            f"the stale {relative} was not replaced"
+        )
 
 
 def test_a_write_error_during_the_run_is_one_fail_line(tmp_path):
@@ -137,5 +145,7 @@ def one_fail_line(proc: subprocess.CompletedProcess) -> list[str]:
     assert "Traceback" not in output
     assert "PASS" not in proc.stdout
     fail_lines = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
-    assert len(fail_lines) == 1, f"expected one FAIL line, got {fail_lines}; output ends:\n{output[-3000:]}"
+    assert len(fail_lines) == 1, (
+        f"expected one FAIL line, got {fail_lines}; output ends:\n{output[-3000:]}"
+    )
     return fail_lines

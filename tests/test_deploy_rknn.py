@@ -28,7 +28,10 @@ KEPT = [
     "deform_conv.onnx",
     "deform_conv_dynamo.onnx",
 ]
-ELEMENTWISE = ("threshold", "dual_residual")  # each output element from one element of each input: checked alone
+ELEMENTWISE = (
+    "threshold",
+    "dual_residual",
+)  # each output element from one element of each input: checked alone
 REPRODUCED = [
     "Please call rknn.config first!",
     "The 'target_platform' has not been set yet",
@@ -41,10 +44,16 @@ REPRODUCED = [
 @pytest.fixture(scope="module")
 def run(example_run):
     try:
-        result = example_run(NAME)  # skips when the example skipped itself (no RKNN environment) ...
+        result = example_run(
+            NAME
+        )  # skips when the example skipped itself (no RKNN environment) ...
     except pytest.skip.Exception as skipped:
-        if os.environ.get("CI") == "true":  # ... but CI creates the environment: a skip there is a failure
-            pytest.fail(f"{NAME} skipped itself in CI, where .ci/run creates the RKNN environment: {skipped}")
+        if (
+            os.environ.get("CI") == "true"
+        ):  # ... but CI creates the environment: a skip there is a failure
+            pytest.fail(
+                f"{NAME} skipped itself in CI, where .ci/run creates the RKNN environment: {skipped}"
+            )
         raise
     assert result.returncode == 0, result.output[-4000:]
     return result
@@ -67,7 +76,9 @@ def test_rknn_file_and_saved_case_beside_each_model(run, name):
     count = 2 if name.startswith("dual_residual") else 1
     for kind in ("input", "output"):
         for i in range(count):
-            assert (run.out / f"{stem(name)}_{kind}_{i}.npy").is_file(), f"{stem(name)}_{kind}_{i}.npy"
+            assert (run.out / f"{stem(name)}_{kind}_{i}.npy").is_file(), (
+                f"{stem(name)}_{kind}_{i}.npy"
+            )
 
 
 @pytest.mark.parametrize("name", KEPT)
@@ -89,7 +100,10 @@ def test_the_failure_models_have_what_rknn_refuses(run):
     opset20 = run.model("failures/conv_threshold_opset20.onnx")
     assert {o.domain: o.version for o in opset20.opset_import}[""] == 20
     custom_first = run.model("failures/threshold_custom_domain_first.onnx")
-    assert (custom_first.opset_import[0].domain, custom_first.opset_import[0].version) == ("rknn_cst", 1)
+    assert (custom_first.opset_import[0].domain, custom_first.opset_import[0].version) == (
+        "rknn_cst",
+        1,
+    )
 
 
 @pytest.mark.parametrize("name", KEPT)
@@ -104,7 +118,9 @@ def test_reported_differences_within_the_float16_tolerance(run, results, name):
         assert 0 < c["max_abs_diff"] <= c["atol"], c  # > 0: RKNN really computed in float16
         assert c["cosine"] > 0.9999, c
         assert f"{name} output {c['output']}: max abs diff {c['max_abs_diff']:.1e}" in run.output
-        if name.startswith(ELEMENTWISE):  # and each element within one float16 step of its own value
+        if name.startswith(
+            ELEMENTWISE
+        ):  # and each element within one float16 step of its own value
             assert 0 < c["per_element"] < 1, c
             line = f"{name} output {c['output']}: each element within 2**-10 * |expected| + 2**-24, at most"
             assert f"{line} {c['per_element']:.2f} of it" in run.output
@@ -155,7 +171,12 @@ def test_the_per_element_check_catches_what_the_largest_output_allowance_lets_th
     through stay below 3.5: a kernel off by 2 % there, or a 0.2 % gain, passes the max|out| check; not per element."""
     code = FAKE_INFERENCE.format(test_py=str(ROOT / NAME / "test.py"), path=name)
     proc = subprocess.run(
-        [str(rknn_python()), "-c", code], cwd=run.out, capture_output=True, text=True, timeout=300, env=CHILD_ENV
+        [str(rknn_python()), "-c", code],
+        cwd=run.out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=CHILD_ENV,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -167,7 +188,10 @@ def test_the_per_element_check_catches_what_the_largest_output_allowance_lets_th
 
 def test_both_exporters_give_the_same_numbers(results):
     for name in KEPT[::2]:
-        assert results["comparisons"][name] == results["comparisons"][name.replace(".onnx", "_dynamo.onnx")]
+        assert (
+            results["comparisons"][name]
+            == results["comparisons"][name.replace(".onnx", "_dynamo.onnx")]
+        )
 
 
 def test_float16_moves_a_value_across_the_threshold(run, results):
@@ -180,19 +204,29 @@ def test_float16_moves_a_value_across_the_threshold(run, results):
 @pytest.mark.parametrize("message", REPRODUCED)
 def test_each_error_was_reproduced(run, results, message):
     assert message in results["reproduced"]
-    assert any(line.strip().startswith("reproduced") and message in line for line in run.output.splitlines())
+    assert any(
+        line.strip().startswith("reproduced") and message in line
+        for line in run.output.splitlines()
+    )
 
 
 def test_registration_per_process_and_load_rknn_on_the_simulator(run, results):
     assert "The op_type = 'cstThreshold' is invalid, Ignore this call!" in results["reproduced"]
-    assert "RKNN model that loaded by 'load_rknn' not support inference on the simulator" in results["reproduced"]
+    assert (
+        "RKNN model that loaded by 'load_rknn' not support inference on the simulator"
+        in results["reproduced"]
+    )
 
 
 def test_what_runs_where(results):
     evidence = results["evidence"]
     assert "type = cstThreshold" in evidence["c_api_warning"]
     assert "Please call rknn_register_custom_ops in the RKNN C API" in evidence["c_api_warning"]
-    assert evidence["conv_threshold_layers"] == [["Conv", "NPU"], ["cstThreshold", "CPU"], ["Conv", "NPU"]]
+    assert evidence["conv_threshold_layers"] == [
+        ["Conv", "NPU"],
+        ["cstThreshold", "CPU"],
+        ["Conv", "NPU"],
+    ]
     assert ["DeformConv", "CPU"] in evidence["deform_conv_layers"]
     assert "Unkown op target: 0" in evidence["deform_conv_unknown_target"]
 
@@ -206,10 +240,17 @@ def test_quiet_output(run):
         assert not line.startswith(("I ", "W ", "E ", "D ")), line
 
 
-def run_first_half(folder: pathlib.Path, out: pathlib.Path, env: dict) -> subprocess.CompletedProcess:
+def run_first_half(
+    folder: pathlib.Path, out: pathlib.Path, env: dict
+) -> subprocess.CompletedProcess:
     """`python test.py --out OUT` in FOLDER with ENV: steps 1-3, then the second half or its SKIP."""
     return subprocess.run(
-        [sys.executable, "test.py", "--out", str(out)], cwd=folder, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "test.py", "--out", str(out)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
@@ -238,7 +279,9 @@ def test_skip_names_the_command_that_creates_the_rknn_environment(tmp_path):
 
 def test_rknn_python_that_is_no_file_skips(tmp_path):
     """RKNN_PYTHON naming no file is a setting to fix, not a failed check: SKIP (77) with what to do."""
-    proc = run_first_half(ROOT / NAME, tmp_path / "out", dict(CHILD_ENV, RKNN_PYTHON="/nonexistent"))
+    proc = run_first_half(
+        ROOT / NAME, tmp_path / "out", dict(CHILD_ENV, RKNN_PYTHON="/nonexistent")
+    )
     assert proc.returncode == 77, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     reason = f"RKNN_PYTHON=/nonexistent is not a file: unset it, or create the environment with: {setup_command(ROOT)}"
@@ -267,12 +310,16 @@ def test_tolerances_hold_at_other_seeds(tmp_path, seed):
     import torch  # the seed took effect: step 1's first draw from it is the saved input
 
     torch.manual_seed(seed)
-    np.testing.assert_array_equal(np.load(out / "threshold_input_0.npy"), torch.randn(1, 3, 10, 10).numpy())
+    np.testing.assert_array_equal(
+        np.load(out / "threshold_input_0.npy"), torch.randn(1, 3, 10, 10).numpy()
+    )
     printed = re.findall(r"^  (\S+) output (\d): max abs diff (\S+) <= (\S+),", proc.stdout, re.M)
     assert len(printed) == 10 + 1, printed  # step 6's ten outputs, and step 8's threshold.onnx
     for name, output, diff, allowance in printed:
         assert float(diff) <= float(allowance), (name, output, diff, allowance)
-    per_element = re.findall(r"^  (\S+) output (\d): each element within .*, at most (\S+) of it$", proc.stdout, re.M)
+    per_element = re.findall(
+        r"^  (\S+) output (\d): each element within .*, at most (\S+) of it$", proc.stdout, re.M
+    )
     assert sorted((name, output) for name, output, _ in per_element) == [
         ("dual_residual.onnx", "0"),
         ("dual_residual.onnx", "1"),
@@ -296,8 +343,12 @@ def test_steps_json_covers_steps_1_to_8(run, results):
 
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 9)}
-    assert {n: s["status"] for n, s in results["steps"].items()} == {str(n): "runs" for n in range(4, 9)}
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {
+        str(n): "runs" for n in range(1, 9)
+    }
+    assert {n: s["status"] for n, s in results["steps"].items()} == {
+        str(n): "runs" for n in range(4, 9)
+    }
     assert results["skipped"] == []
 
 
@@ -306,7 +357,10 @@ def test_second_half_without_step_3s_models(run, tmp_path):
     and passes. The first half's files are copied, step 3's removed, its status set as 2.4 sets it."""
     out = tmp_path / "out"
     shutil.copytree(run.out, out)
-    for name in KEPT[1::2] + ["failures/conv_threshold_opset20.onnx", "failures/threshold_custom_domain_first.onnx"]:
+    for name in KEPT[1::2] + [
+        "failures/conv_threshold_opset20.onnx",
+        "failures/threshold_custom_domain_first.onnx",
+    ]:
         (out / name).unlink()
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     summary["torch"] = "2.4.1"

@@ -22,10 +22,13 @@ def test_errors_page_lists_what_the_pinned_run_reproduces(example_run, name):
     result = example_run(name)
     summary = json.loads((result.out / "steps.json").read_text(encoding="utf-8"))
     reproduced = [e for step in summary["steps"].values() for e in step.get("reproduced", [])]
-    assert reproduced, f"{name} recorded no reproduced error in steps.json: every example reproduces some"
+    assert reproduced, (
+        f"{name} recorded no reproduced error in steps.json: every example reproduces some"
+    )
     wrong = run_stacks.errors_differ(PINNED, {name: summary}, [name])
-    assert not wrong, "ERRORS.md is out of date (python run_stacks.py --write-table):\n" + "\n".join(wrong)
-
+    assert not wrong, (
+        "ERRORS.md is out of date (python run_stacks.py --write-table):\n" + "\n".join(wrong)
+    )
 
 
 def test_errors_page_links_existing_steps():
@@ -34,7 +37,9 @@ def test_errors_page_links_existing_steps():
     assert links, "ERRORS.md links no step"
     for name, anchor in set(links):
         anchors = {run_stacks.anchor(f"{n}. {t}") for n, t in run_stacks.readme_steps(name)}
-        assert anchor in anchors, f"ERRORS.md links {name}/README.md#{anchor}, which is no step heading there"
+        assert anchor in anchors, (
+            f"ERRORS.md links {name}/README.md#{anchor}, which is no step heading there"
+        )
 
 
 def test_errors_page_sections_and_rows_are_well_formed():

@@ -18,7 +18,9 @@ def readme(name: str) -> str:
 
 
 def first_code_line(block: str) -> str:
-    lines = [line for line in block.splitlines() if line.strip() and not line.strip().startswith("#")]
+    lines = [
+        line for line in block.splitlines() if line.strip() and not line.strip().startswith("#")
+    ]
     return lines[0].strip()[:60] if lines else block.strip()[:60]
 
 
@@ -29,7 +31,9 @@ def test_examples_are_found():
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_passes(example_run, name):
     result = example_run(name)
-    assert result.returncode == 0, f"{name} exited {result.returncode}; its output ends:\n{result.output[-4000:]}"
+    assert result.returncode == 0, (
+        f"{name} exited {result.returncode}; its output ends:\n{result.output[-4000:]}"
+    )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -38,12 +42,170 @@ def test_example_folder_has_readme_and_test(name):
     assert (ROOT / name / "test.py").is_file()
 
 
+HARNESS = (ROOT / "harness.py").read_text(encoding="utf-8")
+
+
+def harness_helpers() -> dict[str, str]:
+    """The page helpers harness.py keeps for the test.py files: name -> source, as the pages show them."""
+    tree = ast.parse(HARNESS)
+    start = HARNESS.index("# The page helpers:")
+    return {
+        node.name: ast.get_source_segment(HARNESS, node, padded=False)
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and HARNESS.index(f"def {node.name}(") > start
+    }
+
+
+def is_helper_block(block: str) -> bool:
+    """A block of the page's helpers: only functions that harness.py keeps for the test.py files."""
+    body = ast.parse(block).body
+    helpers = harness_helpers()
+    return bool(body) and all(isinstance(n, ast.FunctionDef) and n.name in helpers for n in body)
+
+
+def lesson_blocks(name: str) -> list[str]:
+    """The python blocks that are the lesson: all but each page script's imports and helper blocks."""
+    return [
+        block for blocks in page_parts(name) for block in blocks[1:] if not is_helper_block(block)
+    ]
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_readme_blocks_are_in_test_py(name):
     """A README block is what readers copy: every one, of any length, is code test.py runs (whitespace folded)."""
     code = " ".join((ROOT / name / "test.py").read_text(encoding="utf-8").split())
-    drifted = [first_code_line(block) for block in python_blocks(readme(name)) if " ".join(block.split()) not in code]
-    assert not drifted, f"{name}/README.md blocks not found word for word in test.py, starting: {drifted}"
+    drifted = [
+        first_code_line(block)
+        for block in lesson_blocks(name)
+        if " ".join(block.split()) not in code
+    ]
+    assert not drifted, (
+        f"{name}/README.md blocks not found word for word in test.py, starting: {drifted}"
+    )
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_page_helpers_are_the_ones_test_py_imports(name):
+    """The helpers a page defines for itself (expect_error, run_ort, compare) are harness.py's, word for word,
+    and test.py imports them from there instead of holding a copy."""
+    helpers = harness_helpers()
+    test_py = ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8"))
+    from_harness = {
+        a.asname or a.name
+        for n in test_py.body
+        if isinstance(n, ast.ImportFrom) and n.module == "harness"
+        for a in n.names
+    }
+    problems = []
+    for blocks in page_parts(name):
+        for block in blocks[1:]:
+            if not is_helper_block(block):
+                continue
+            for node in ast.parse(block).body:
+                if ast.get_source_segment(block, node) != helpers[node.name]:
+                    problems.append(f"{node.name} differs from harness.py's")
+                if node.name not in from_harness:
+                    problems.append(f"test.py does not import {node.name} from harness")
+    assert not problems, f"{name}/README.md: " + "; ".join(problems)
+
+
+def bound_names(tree: ast.Module) -> dict[str, str]:
+    """name -> the module it is imported from (or the module itself), for the top-level imports of TREE,
+    those inside a try: included."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                names[alias.asname or alias.name.split(".")[0]] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_page_imports_are_test_py_imports(name):
+    """Every name the page's import block binds, test.py binds from the same module; or, for a name whose module
+    differs by torch version, imports from harness.py, which binds it (and says why, in one place). The page's
+    helpers' own imports (contextlib, re, ...) are harness.py's."""
+    test_py = bound_names(ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8")))
+    harness = bound_names(ast.parse(HARNESS))
+    problems = []
+    for blocks in page_parts(name):
+        for bound, module in bound_names(ast.parse(blocks[0])).items():
+            if test_py.get(bound) == module:
+                continue
+            if test_py.get(bound) == f"harness.{bound}" and bound in harness:
+                continue
+            if harness.get(bound) == module and bound not in test_py:  # a helper's import, e.g. re
+                continue
+            problems.append(f"{bound} ({module})")
+    assert not problems, f"{name}: test.py does not import these as the page does: {problems}"
+
+
+def test_page_code_never_imports_the_harness():
+    for name in EXAMPLES:
+        for blocks in page_parts(name):
+            assert "harness" not in bound_names(ast.parse("\n".join(blocks))), name
+
+
+# GitHub's code column shows 98 characters of a line (measured with ../shared/tools/pages/check_pages):
+# every line of every fenced block (python, expected output, shell) fits, with a margin.
+COLUMN = 96
+
+
+@pytest.mark.parametrize(
+    "page", [p.relative_to(ROOT) for p in [*ROOT.glob("*.md"), *ROOT.glob("*/*.md")]], ids=str
+)
+def test_code_blocks_fit_the_column(page):
+    text = (ROOT / page).read_text(encoding="utf-8")
+    long = [
+        line
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M)
+        for line in block.splitlines()
+        if len(line) > COLUMN
+    ]
+    assert not long, (
+        f"{page}: {len(long)} code lines longer than {COLUMN} characters, e.g. {long[0]!r}"
+    )
+
+
+def words(text: str) -> int:
+    """Prose words as ../shared/tools/pages/check_pages counts them: English words, and each CJK character."""
+    return len(re.findall(r"[A-Za-z0-9_'.-]+", text)) + sum("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+def prose(text: str) -> str:
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return re.sub(r"<details>.*?</details>", "", text, flags=re.S)
+
+
+FOLDER_PAGES = [
+    p.relative_to(ROOT) for p in sorted(ROOT.glob("*/README*.md")) if p.parent.name in EXAMPLES
+]
+
+
+@pytest.mark.parametrize("page", FOLDER_PAGES, ids=str)
+def test_the_lesson_comes_first(page):
+    """At most 250 prose words before step 1: the error, the way out for each exporter (each linked to the step
+    that fixes it), what the reader will have, and how to run it. An English page is at most 2,500 prose words
+    outside <details> blocks."""
+    text = prose((ROOT / page).read_text(encoding="utf-8"))
+    step1 = re.search(r"^## 1\. ", text, re.M)
+    assert step1, f"{page} has no '## 1.' step"
+    opening = text[: step1.start()]
+    assert words(opening) <= 250, (
+        f"{page}: {words(opening)} prose words before step 1 (at most 250)"
+    )
+    assert "`dynamo=True`" in opening and "`dynamo=False`" in opening, (
+        f"{page}: the opening names no exporter"
+    )
+    assert re.search(r"\]\(#\d+-", opening), f"{page}: the opening links no step"
+    assert "## Run" in opening, f"{page}: no '## Run' before step 1"
+    if page.name == "README.md":
+        assert words(text) <= 2500, (
+            f"{page}: {words(text)} prose words outside <details> (at most 2,500)"
+        )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -57,7 +219,9 @@ def test_readme_blocks_are_whole_top_level_units(name):
         try:
             ast.parse(block)
         except SyntaxError as exc:
-            problems.append(f"does not parse alone ({exc.msg}, line {exc.lineno}): {first_code_line(block)!r}")
+            problems.append(
+                f"does not parse alone ({exc.msg}, line {exc.lineno}): {first_code_line(block)!r}"
+            )
     assert not problems, f"{name}/README.md: " + "; ".join(problems)
 
 
@@ -65,7 +229,9 @@ def is_import(node: ast.stmt) -> bool:
     """An import, or a try: whose body is only imports (an optional package, with a fallback)."""
     if isinstance(node, ast.Import | ast.ImportFrom):
         return True
-    return isinstance(node, ast.Try) and all(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)
+    return isinstance(node, ast.Try) and all(
+        isinstance(n, ast.Import | ast.ImportFrom) for n in node.body
+    )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -73,8 +239,14 @@ def test_readme_first_block_is_the_imports(name):
     """The first block of each page script (a page may hold a second one, for another environment)."""
     for blocks in page_parts(name):
         assert blocks, f"{name}/README.md has a page script with no python block"
-        others = [ast.unparse(node).splitlines()[0] for node in ast.parse(blocks[0]).body if not is_import(node)]
-        assert not others, f"{name}/README.md: a page script's first block should hold only imports; also has {others}"
+        others = [
+            ast.unparse(node).splitlines()[0]
+            for node in ast.parse(blocks[0]).body
+            if not is_import(node)
+        ]
+        assert not others, (
+            f"{name}/README.md: a page script's first block should hold only imports; also has {others}"
+        )
 
 
 # The one import a page makes after its first block: importing torch.utils.cpp_extension logs "No CUDA runtime
@@ -90,11 +262,17 @@ def test_readme_imports_nothing_after_the_first_block_but_cpp_extension(name):
     for blocks in page_parts(name):
         for block in blocks[1:]:
             tree = ast.parse(block)
-            imports = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
-            assert imports in ([], [LATE_IMPORT]), f"{name}/README.md: a later block imports {imports}"
+            imports = [
+                ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+            ]
+            assert imports in ([], [LATE_IMPORT]), (
+                f"{name}/README.md: a later block imports {imports}"
+            )
             if imports:
                 before = block[: block.index(LATE_IMPORT)]
-                assert LATE_IMPORT_FILTER in before, f"{name}/README.md: {LATE_IMPORT} without the filter before it"
+                assert LATE_IMPORT_FILTER in before, (
+                    f"{name}/README.md: {LATE_IMPORT} without the filter before it"
+                )
 
 
 def models_named(script: str) -> list[str]:
@@ -102,17 +280,23 @@ def models_named(script: str) -> list[str]:
     names = {
         node.value
         for node in ast.walk(ast.parse(script))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".onnx")
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.endswith(".onnx")
     }
     # "ai.onnx" is ONNX's default domain, not a file
-    return sorted(n for n in names if not n.startswith("failures/") and n not in ("ai.onnx", ".onnx"))
+    return sorted(
+        n for n in names if not n.startswith("failures/") and n not in ("ai.onnx", ".onnx")
+    )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_readme_runs_as_pasted(page_run, name):
     """Pasted in order into one file in an empty directory, the page's python blocks run and write its models."""
     result = page_run(name)
-    assert result.returncode == 0, f"{name}/README.md as a script exited {result.returncode}:\n{result.output[-4000:]}"
+    assert result.returncode == 0, (
+        f"{name}/README.md as a script exited {result.returncode}:\n{result.output[-4000:]}"
+    )
     named = models_named(page_script(name))
     assert named, f"{name}/README.md names no model it writes"
     missing = [model for model in named if not (result.out / model).is_file()]
@@ -124,10 +308,14 @@ def test_passing_run_is_quiet(example_run, name):
     """No traceback but a reproduced error's, no colour codes: what a reader sees is the lesson's evidence."""
     output = example_run(name).output
     tracebacks = [
-        line for line in output.splitlines() if "Traceback" in line and not line.lstrip().startswith("reproduced")
+        line
+        for line in output.splitlines()
+        if "Traceback" in line and not line.lstrip().startswith("reproduced")
     ]
     assert not tracebacks, f"{name} prints a traceback in a passing run: {tracebacks[:3]}"
-    assert not ANSI.search(output), f"{name} prints ANSI escape codes when its output is not a terminal"
+    assert not ANSI.search(output), (
+        f"{name} prints ANSI escape codes when its output is not a terminal"
+    )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -137,7 +325,9 @@ def test_step_headers_match_the_readme(example_run, name):
     headers = STEP_HEADER.findall(output)
     assert headers, f"{name} prints no '== N. Title ==' step header"
     expected = expected_output(name)
-    missing = [line for line in re.findall(r"^== \d+\. .* ==$", output, re.M) if line not in expected]
+    missing = [
+        line for line in re.findall(r"^== \d+\. .* ==$", output, re.M) if line not in expected
+    ]
     assert not missing, f"{name}/README.md's expected output lacks the step headers {missing}"
     assert sorted(set(headers), key=int) == README_STEP.findall(readme(name)), (
         f"{name}: test.py's step numbers {sorted(set(headers), key=int)} differ from the README's '## N.' sections"
@@ -149,7 +339,7 @@ def test_example_has_main_guard_and_out_option(name):
     source = (ROOT / name / "test.py").read_text(encoding="utf-8")
     assert 'if __name__ == "__main__":' in source
     assert "def main(" in source
-    assert '"--out"' in source
+    assert "harness.run(__file__" in source  # the command line (--out DIR, -v) and the steps: harness.py
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -184,7 +374,9 @@ def test_no_link_leaves_the_repository():
     """A clone has only the repository: every relative link of every page resolves to a file or folder in it,
     and no page names the source documents' folder beside it (cite their public addresses instead)."""
     pages = [*ROOT.glob("*.md"), *ROOT.glob("*/*.md")]
-    outside = "/".join(("shared", "seeds"))  # built, so that this file does not name the folder either
+    outside = "/".join(
+        ("shared", "seeds")
+    )  # built, so that this file does not name the folder either
     problems = []
     for page in pages:
         text = page.read_text(encoding="utf-8")
@@ -195,5 +387,43 @@ def test_no_link_leaves_the_repository():
                 continue
             resolved = (page.parent / target).resolve()
             if not resolved.is_relative_to(ROOT) or not resolved.exists():
-                problems.append(f"{page.relative_to(ROOT)} links {target}, which a clone does not have")
+                problems.append(
+                    f"{page.relative_to(ROOT)} links {target}, which a clone does not have"
+                )
     assert not problems, "; ".join(problems)
+
+
+def heading_anchors(page) -> set[str]:
+    """The anchors GitHub gives the headings of PAGE (run_stacks.anchor; a repeated one gets -1, -2, ...)."""
+    import run_stacks
+
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    seen: dict[str, int] = {}
+    anchors = set()
+    for title in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = run_stacks.anchor(re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).replace("`", ""))
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors | {f"user-content-{a}" for a in anchors}
+
+
+def test_every_anchor_names_a_heading():
+    """Every link to a heading (`#anchor`, on the same page or another) lands on one: after a page moves its
+    sections around, no link is left pointing at nothing."""
+    pages = [*ROOT.glob("*.md"), *ROOT.glob("*/*.md")]
+    problems = []
+    for page in pages:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+        for target, fragment in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            if "://" in target:
+                continue
+            linked = (page.parent / target).resolve() if target else page
+            if linked.is_dir():
+                linked = linked / "README.md"
+            if (
+                linked.suffix == ".md"
+                and linked.is_file()
+                and fragment not in heading_anchors(linked)
+            ):
+                problems.append(f"{page.relative_to(ROOT)} -> {target}#{fragment}")
+    assert not problems, "links to no heading: " + "; ".join(problems)

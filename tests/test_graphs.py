@@ -8,7 +8,11 @@ from conftest import EXAMPLES, ROOT
 
 import draw_graphs
 
-FOLDERS = [name for name in EXAMPLES if draw_graphs.pictures((ROOT / name / "README.md").read_text(encoding="utf-8"))]
+FOLDERS = [
+    name
+    for name in EXAMPLES
+    if draw_graphs.pictures((ROOT / name / "README.md").read_text(encoding="utf-8"))
+]
 
 
 def test_some_readme_has_pictures():

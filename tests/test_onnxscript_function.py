@@ -24,7 +24,9 @@ SEEDS = range(20)
 
 def load_example():
     """The example's own module (it runs nothing at import): its functions, not copies of them."""
-    spec = importlib.util.spec_from_file_location("onnxscript_function_example", ROOT / NAME / "test.py")
+    spec = importlib.util.spec_from_file_location(
+        "onnxscript_function_example", ROOT / NAME / "test.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # @onnxscript.script reads the source through the module
     spec.loader.exec_module(module)
@@ -80,7 +82,9 @@ def test_threshold_function_keeps_name_and_attributes(run):
     (node,) = model.graph.node
     assert (node.domain, node.op_type) == ("rknn_cst", "cstThreshold")
     attrs = {a.name: a for a in node.attribute}
-    assert attrs["threshold"].type == AttributeProto.FLOAT and attrs["threshold"].f == pytest.approx(0.1)
+    assert attrs["threshold"].type == AttributeProto.FLOAT and attrs[
+        "threshold"
+    ].f == pytest.approx(0.1)
     assert attrs["value"].type == AttributeProto.FLOAT and attrs["value"].f == 20.0
     (function,) = model.functions
     assert (function.domain, function.name) == ("rknn_cst", "cstThreshold")
@@ -88,7 +92,9 @@ def test_threshold_function_keeps_name_and_attributes(run):
     assert opsets(model) == {"": 15, "rknn_cst": 1}
 
 
-@pytest.mark.parametrize("filename", ["selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"])
+@pytest.mark.parametrize(
+    "filename", ["selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"]
+)
 def test_dynamo_translation_is_inlined(run, filename):
     model = run.model(filename)
     ops = [n.op_type for n in model.graph.node]
@@ -102,7 +108,11 @@ def test_dynamo_translations_name_their_parameter_as_the_aten_schema():
 
     schema = [argument.name for argument in torch.ops.aten.selu.default._schema.arguments]
     assert schema == ["self"]
-    for translation in (example.selu_translation, example.SeluScriptAnnotated.function, example.SeluScript.function):
+    for translation in (
+        example.selu_translation,
+        example.SeluScriptAnnotated.function,
+        example.SeluScript.function,
+    ):
         assert list(inspect.signature(translation).parameters) == schema, translation.__name__
 
 
@@ -114,13 +124,30 @@ def random_inputs(seed: int) -> list[np.ndarray]:
     return [
         rng.uniform(-6.0, 6.0, (2, 3, 16)).astype(np.float32),  # the example's range
         (rng.standard_normal((2, 3, 16)) * 10).astype(np.float32),  # wider
-        (rng.standard_normal((2, 3, 16)) * 1e-3).astype(np.float32),  # near 0, where exp(x) - 1 cancels
+        (rng.standard_normal((2, 3, 16)) * 1e-3).astype(
+            np.float32
+        ),  # near 0, where exp(x) - 1 cancels
     ]
 
 
 SPECIAL = np.resize(
     np.array(
-        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, -1e-7, -1e-6, 1e30, -1e30, -88.0, -104.0, 88.0],
+        [
+            np.nan,
+            np.inf,
+            -np.inf,
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            -1e-7,
+            -1e-6,
+            1e30,
+            -1e30,
+            -88.0,
+            -104.0,
+            88.0,
+        ],
         dtype=np.float32,
     ),
     (2, 3, 16),
@@ -133,19 +160,33 @@ def test_selu_models_match_torch_on_random_and_special_inputs(run, filename):
     for x in [*(x for seed in SEEDS for x in random_inputs(seed)), SPECIAL]:
         expected = torch.nn.SELU()(torch.from_numpy(x)).numpy()
         actual = run_model(run, filename, x)
-        np.testing.assert_allclose(actual, expected, rtol=SELU_RTOL, atol=SELU_ATOL, err_msg=filename)
+        np.testing.assert_allclose(
+            actual, expected, rtol=SELU_RTOL, atol=SELU_ATOL, err_msg=filename
+        )
         finite = np.isfinite(expected)
-        largest = max(largest, float(np.max(np.abs(actual[finite].astype(np.float64) - expected[finite]))))
-    assert largest <= 2.5e-7, f"{filename}: largest difference {largest:.2e}, the README says 2.4e-7 at most"
+        largest = max(
+            largest, float(np.max(np.abs(actual[finite].astype(np.float64) - expected[finite])))
+        )
+    assert largest <= 2.5e-7, (
+        f"{filename}: largest difference {largest:.2e}, the README says 2.4e-7 at most"
+    )
 
 
 def test_threshold_function_is_exact_on_random_and_special_inputs(run):
     model = torch.nn.Threshold(0.1, 20)
     threshold = np.float32(0.1)
-    edges = np.array([threshold, np.nextafter(threshold, 1), np.nextafter(threshold, -1), np.nan], np.float32)
-    for x in [*(x for seed in SEEDS for x in random_inputs(seed)), SPECIAL, np.resize(edges, (2, 3, 16))]:
+    edges = np.array(
+        [threshold, np.nextafter(threshold, 1), np.nextafter(threshold, -1), np.nan], np.float32
+    )
+    for x in [
+        *(x for seed in SEEDS for x in random_inputs(seed)),
+        SPECIAL,
+        np.resize(edges, (2, 3, 16)),
+    ]:
         expected = model(torch.from_numpy(x)).numpy()
-        np.testing.assert_array_equal(run_model(run, "threshold_function.onnx", x), expected)  # NaN == NaN here
+        np.testing.assert_array_equal(
+            run_model(run, "threshold_function.onnx", x), expected
+        )  # NaN == NaN here
 
 
 def test_torch_selu_is_computed_with_expm1_near_zero():
@@ -154,8 +195,12 @@ def test_torch_selu_is_computed_with_expm1_near_zero():
     alpha, gamma = 1.6732632423543772, 1.0507009873554805
     with_expm1 = np.float32(gamma * alpha * np.expm1(np.float64(x.item())))
     assert torch.nn.SELU()(x).item() == pytest.approx(float(with_expm1), rel=1e-6)
-    as_the_function = np.float32(gamma) * (np.float32(alpha) * np.exp(x.numpy()) - np.float32(alpha))
-    assert abs(float(as_the_function[0]) - float(with_expm1)) > 1e-7  # the cancellation the atol covers
+    as_the_function = np.float32(gamma) * (
+        np.float32(alpha) * np.exp(x.numpy()) - np.float32(alpha)
+    )
+    assert (
+        abs(float(as_the_function[0]) - float(with_expm1)) > 1e-7
+    )  # the cancellation the atol covers
 
 
 # ---- The unannotated @onnxscript.script translation (README step 4) ----
@@ -166,7 +211,9 @@ def test_script_function_outputs_come_from_its_return_annotation():
     from torch.onnx._internal.exporter import _schemas
 
     def outputs(function):
-        return _schemas.op_signature_from_function(function, "custom-onnx-script", function.name).outputs
+        return _schemas.op_signature_from_function(
+            function, "custom-onnx-script", function.name
+        ).outputs
 
     assert len(outputs(example.SeluScript)) == 0  # no `-> ...`: a call with no output
     assert len(outputs(example.SeluScriptAnnotated)) == 1
@@ -191,7 +238,9 @@ def test_unannotated_script_translation_exports(tmp_path):
         )
     except onnx_ir.passes.PassError as error:
         cause = error.__cause__
-        assert isinstance(cause, ValueError) and "The number of values and replacements must match" in str(cause), (
+        assert isinstance(
+            cause, ValueError
+        ) and "The number of values and replacements must match" in str(cause), (
             f"a different PassError than the README describes: {error!r} caused by {cause!r}"
         )
         raise

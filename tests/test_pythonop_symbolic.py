@@ -22,7 +22,10 @@ MODELS = {
     "pythonop_by_argument.onnx": TWO_CLIPS,
     "clip_then_relu_dynamo.onnx": CLIP_THEN_RELU,
     "two_clips_dynamo.onnx": TWO_CLIPS,
-    "custom_ops_dynamo.onnx": (lambda x, y: x.clamp(min=0) + y.clamp(min=0.0) + y.clamp(min=0.5), 2),
+    "custom_ops_dynamo.onnx": (
+        lambda x, y: x.clamp(min=0) + y.clamp(min=0.0) + y.clamp(min=0.5),
+        2,
+    ),
 }
 SEEDS = range(20)
 
@@ -41,7 +44,9 @@ def ops(model):
 def clip_mins(model):
     """The `min` of each Clip, read from the Constant node or initializer that feeds it."""
     constants = {
-        n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"
+        n.output[0]: numpy_helper.to_array(n.attribute[0].t)
+        for n in model.graph.node
+        if n.op_type == "Constant"
     }
     constants.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer})
     return [float(constants[n.input[1]]) for n in model.graph.node if n.op_type == "Clip"]
@@ -68,7 +73,12 @@ def test_dispatch_by_name(run):
 
 def test_dispatch_by_argument(run):
     model = run.model("pythonop_by_argument.onnx")
-    assert ops(model) == ["Relu", "Constant", "Clip", "Add"]  # MyClip(x, 0.0) -> Relu, MyClip(x, 0.5) -> Clip
+    assert ops(model) == [
+        "Relu",
+        "Constant",
+        "Clip",
+        "Add",
+    ]  # MyClip(x, 0.0) -> Relu, MyClip(x, 0.5) -> Clip
     assert clip_mins(model) == [0.5]
 
 
@@ -97,9 +107,14 @@ def test_failures_write_nothing_and_no_external_data(run):
 def test_every_step_header_and_the_legacy_warning_are_printed(run):
     for number in (1, 2, 3, 4):
         assert f"\n== {number}. " in run.output
-    assert "Starting in PyTorch 2.9, the new torch.export-based ONNX exporter has become the default" in run.output
+    assert (
+        "Starting in PyTorch 2.9, the new torch.export-based ONNX exporter has become the default"
+        in run.output
+    )
     assert "torch.onnx.SymbolicContext exists: False" in run.output
-    assert "Torch IR graph at exception" not in run.output  # the exporter's dump is filtered at its source
+    assert (
+        "Torch IR graph at exception" not in run.output
+    )  # the exporter's dump is filtered at its source
 
 
 @pytest.mark.parametrize("filename", list(MODELS))
@@ -113,7 +128,9 @@ def test_exact_on_many_inputs(run, filename):
         inputs[0][0, 0] = -0.5  # the clamp bounds themselves
         inputs[0][0, 1] = 0.5
         expected = reference(*inputs).numpy()
-        np.testing.assert_array_equal(ort_run(run.out / filename, inputs), expected, err_msg=f"{filename} seed {seed}")
+        np.testing.assert_array_equal(
+            ort_run(run.out / filename, inputs), expected, err_msg=f"{filename} seed {seed}"
+        )
 
 
 SPECIAL = torch.tensor([[float("nan"), float("inf"), -float("inf")], [-0.0, 0.5, -0.5]])
@@ -144,6 +161,10 @@ def test_every_step_runs_as_shown_on_the_pinned_torch(run):
     output); the version-specific lines (`on torch X: ...`, `SKIP step N`) appear on older torch only."""
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert {n: s["status"] for n, s in summary["steps"].items()} == dict.fromkeys(("1", "2", "3", "4"), "runs")
+    assert {n: s["status"] for n, s in summary["steps"].items()} == dict.fromkeys(
+        ("1", "2", "3", "4"), "runs"
+    )
     assert "\n  on torch " not in run.output and "SKIP" not in run.output
-    assert not list(run.out.glob("*.sarif"))  # only torch < 2.5's dynamo_export writes one, and step 4 skips there
+    assert not list(
+        run.out.glob("*.sarif")
+    )  # only torch < 2.5's dynamo_export writes one, and step 4 skips there

@@ -57,14 +57,18 @@ def test_threshold_custom_node_with_float_attributes(run):
         assert (node.domain, node.op_type) == ("rknn_cst", "cstThreshold")
         a = attrs(node)
         assert set(a) == {"threshold", "value"}
-        assert a["threshold"].type == AttributeProto.FLOAT and a["threshold"].f == pytest.approx(0.1)
+        assert a["threshold"].type == AttributeProto.FLOAT and a["threshold"].f == pytest.approx(
+            0.1
+        )
         assert a["value"].type == AttributeProto.FLOAT and a["value"].f == 20.0
         assert opsets(model) == {"": 12, "rknn_cst": 1}
 
 
 def test_set_type_gives_the_output_its_shape(run):
     def dims(model):
-        return [d.dim_value or d.dim_param for d in model.graph.output[0].type.tensor_type.shape.dim]
+        return [
+            d.dim_value or d.dim_param for d in model.graph.output[0].type.tensor_type.shape.dim
+        ]
 
     assert dims(run.model("threshold_custom.onnx")) == [1, 3, 10, 10]
     untyped = dims(run.model("threshold_untyped.onnx"))
@@ -117,7 +121,13 @@ def test_deform_conv_attributes_and_input_order(run):
     assert a["group"].i == 1 and a["offset_group"].i == 1
     graph_inputs = [i.name for i in model.graph.input]
     assert graph_inputs == ["x", "offset", "weight", "bias", "mask"]
-    assert list(node.input) == ["x", "weight", "offset", "bias", "mask"]  # ONNX order: X, W, offset, B, mask
+    assert list(node.input) == [
+        "x",
+        "weight",
+        "offset",
+        "bias",
+        "mask",
+    ]  # ONNX order: X, W, offset, B, mask
 
 
 def test_deform_conv_placeholder_drops_inputs(run):
@@ -167,7 +177,9 @@ def test_cholesky_kept_whole_in_standard_ops(run):
     """Step 8: keyed on aten.linalg_cholesky, the op stays whole: standard ONNX only, one Sqrt per column."""
     model = run.model("cholesky_dynamo.onnx")
     assert all(n.domain == "" for n in model.graph.node)
-    assert [n.op_type for n in model.graph.node].count("Sqrt") == 4  # a 4x4 matrix: one pivot per column
+    assert [n.op_type for n in model.graph.node].count(
+        "Sqrt"
+    ) == 4  # a 4x4 matrix: one pivot per column
     assert [i.name for i in model.graph.input] == ["a"] and len(model.graph.output) == 1
     assert opsets(model) == {"": 20}
 
@@ -179,7 +191,11 @@ def test_cdist_is_one_contrib_node(run, filename):
     (node,) = model.graph.node
     assert (node.domain, node.op_type) == ("com.microsoft", "CDist")
     (metric,) = node.attribute
-    assert metric.name == "metric" and metric.type == AttributeProto.STRING and metric.s == b"euclidean"
+    assert (
+        metric.name == "metric"
+        and metric.type == AttributeProto.STRING
+        and metric.s == b"euclidean"
+    )
     assert opsets(model)["com.microsoft"] == 1
     assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [5, 7]
 
@@ -196,7 +212,13 @@ def test_output_dir_holds_only_valid_models(run):
 
 def test_passing_run_holds_back_the_library_noise(run):
     """The graph dumps, shape-inference warnings and the version converter's traceback are checked, not shown."""
-    for noise in ["Torch IR graph at exception", "[W", "Traceback", "[torch.onnx]", "DeprecationWarning"]:
+    for noise in [
+        "Torch IR graph at exception",
+        "[W",
+        "Traceback",
+        "[torch.onnx]",
+        "DeprecationWarning",
+    ]:
         assert noise not in run.output, f"a passing run prints {noise!r}"
 
 
@@ -207,11 +229,19 @@ def test_every_step_runs_as_shown_on_the_pinned_torch(run):
 
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 10)}
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {
+        str(n): "runs" for n in range(1, 10)
+    }
     assert "\n  on torch " not in run.output and "SKIP" not in run.output
-    assert not (run.out / "failures" / "deform_conv2d_dynamo_opset18.onnx").exists()  # torch 2.6 to 2.8 only
-    assert not (run.out / "failures" / "cholesky_ex_dynamo.onnx").exists()  # torch 2.8 only (step 8)
-    assert not list(run.out.glob("*.sarif"))  # a failed dynamo_export (torch 2.4) writes one; nothing here calls it
+    assert not (
+        run.out / "failures" / "deform_conv2d_dynamo_opset18.onnx"
+    ).exists()  # torch 2.6 to 2.8 only
+    assert not (
+        run.out / "failures" / "cholesky_ex_dynamo.onnx"
+    ).exists()  # torch 2.8 only (step 8)
+    assert not list(
+        run.out.glob("*.sarif")
+    )  # a failed dynamo_export (torch 2.4) writes one; nothing here calls it
 
 
 # ---- the tolerances, on many inputs (the example itself runs one) ------------------------------------
@@ -251,18 +281,31 @@ def test_deform_conv_tolerance_holds_on_many_inputs(example, tmp_path, c_in, see
     torch.manual_seed(1000 + c_in)
     model = example.DeformConvModel().eval()
     names = ["x", "offset", "weight", "bias", "mask"]
-    example.register_custom_op_symbolic("torchvision::deform_conv2d", example.deform_conv2d_symbolic, 19)
+    example.register_custom_op_symbolic(
+        "torchvision::deform_conv2d", example.deform_conv2d_symbolic, 19
+    )
     session = export_and_session(
-        tmp_path, "deform.onnx", model, deform_inputs(torch, c_in), opset_version=19, input_names=names
+        tmp_path,
+        "deform.onnx",
+        model,
+        deform_inputs(torch, c_in),
+        opset_version=19,
+        input_names=names,
     )
     worst = 0.0
     for seed in seeds:
         torch.manual_seed(seed)
         inputs = example.deform_conv_inputs() if c_in == 4 else deform_inputs(torch, c_in)
-        (actual,) = session.run(None, {name: t.numpy() for name, t in zip(names, inputs, strict=True)})
+        (actual,) = session.run(
+            None, {name: t.numpy() for name, t in zip(names, inputs, strict=True)}
+        )
         expected = model(*inputs).detach().numpy()
-        atol = round(1e-5 * float(np.abs(expected).max()), 6)  # the README's rule, as test.py computes it
-        np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"c_in={c_in} seed={seed}")
+        atol = round(
+            1e-5 * float(np.abs(expected).max()), 6
+        )  # the README's rule, as test.py computes it
+        np.testing.assert_allclose(
+            actual, expected, rtol=0, atol=atol, err_msg=f"c_in={c_in} seed={seed}"
+        )
         worst = max(worst, float(np.max(np.abs(actual.astype(np.float64) - expected)) / atol))
     print(f"c_in={c_in}: largest difference {worst:.2f} of the tolerance over {len(seeds)} inputs")
 
@@ -274,19 +317,29 @@ def test_elu_override_and_asinh_tolerances_hold_on_many_inputs(example, tmp_path
     elu = torch.nn.ELU(alpha=0.5).eval()
     example.register_custom_op_symbolic("aten::elu", example.elu_from_primitives, 12)
     try:
-        elu_session = export_and_session(tmp_path, "elu.onnx", elu, (torch.randn(64, 3, 8),), opset_version=12)
+        elu_session = export_and_session(
+            tmp_path, "elu.onnx", elu, (torch.randn(64, 3, 8),), opset_version=12
+        )
     finally:
-        example.unregister_custom_op_symbolic("aten::elu", 12)  # elu has a built-in rule: safe to unregister
+        example.unregister_custom_op_symbolic(
+            "aten::elu", 12
+        )  # elu has a built-in rule: safe to unregister
     example.register_custom_op_symbolic("aten::asinh", example.asinh_symbolic, 9)
     asinh = example.AsinhModel().eval()
-    asinh_session = export_and_session(tmp_path, "asinh.onnx", asinh, (torch.randn(64, 3, 8),), opset_version=9)
+    asinh_session = export_and_session(
+        tmp_path, "asinh.onnx", asinh, (torch.randn(64, 3, 8),), opset_version=9
+    )
     for seed in SEEDS:
         torch.manual_seed(seed)
         x = torch.randn(64, 3, 8) * 4  # both branches of ELU, and asinh over [-20, 20] or so
         (actual,) = elu_session.run(None, {elu_session.get_inputs()[0].name: x.numpy()})
-        np.testing.assert_allclose(actual, elu(x).numpy(), rtol=1e-5, atol=1e-6, err_msg=f"elu seed={seed}")
+        np.testing.assert_allclose(
+            actual, elu(x).numpy(), rtol=1e-5, atol=1e-6, err_msg=f"elu seed={seed}"
+        )
         (actual,) = asinh_session.run(None, {asinh_session.get_inputs()[0].name: x.numpy()})
-        np.testing.assert_allclose(actual, asinh(x).numpy(), rtol=1e-5, atol=1e-6, err_msg=f"asinh seed={seed}")
+        np.testing.assert_allclose(
+            actual, asinh(x).numpy(), rtol=1e-5, atol=1e-6, err_msg=f"asinh seed={seed}"
+        )
 
 
 @pytest.mark.parametrize("n", [4, 8])
@@ -316,7 +369,9 @@ def test_cholesky_tolerance_holds_on_many_inputs(example, tmp_path, n):
         a = x @ x.mT + n * torch.eye(n)
         (actual,) = session.run(None, {"a": a.numpy()})
         expected = model(a).numpy()
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5, err_msg=f"n={n} seed={seed}")
+        np.testing.assert_allclose(
+            actual, expected, rtol=1e-5, atol=1e-5, err_msg=f"n={n} seed={seed}"
+        )
         worst = max(worst, float(np.max(np.abs(actual - expected))))
     print(f"n={n}: largest difference {worst:.1e} over {len(SEEDS)} batches")
     not_positive_definite = -torch.eye(n).expand(3, n, n).contiguous()
@@ -327,7 +382,8 @@ def test_cholesky_tolerance_holds_on_many_inputs(example, tmp_path, n):
 
 
 @pytest.mark.parametrize(
-    "rows1, rows2, k, scale", [(5, 7, 3, 1.0), (5, 7, 3, 100.0), (20, 20, 64, 1.0), (30, 40, 256, 10.0)]
+    "rows1, rows2, k, scale",
+    [(5, 7, 3, 1.0), (5, 7, 3, 100.0), (20, 20, 64, 1.0), (30, 40, 256, 10.0)],
 )
 def test_cdist_tolerance_holds_on_many_inputs(example, tmp_path, rows1, rows2, k, scale):
     """README step 9: ORT's CDist (a GEMM, then sqrt) against torch.cdist within cdist_tolerance(), on 20
@@ -353,10 +409,14 @@ def test_cdist_tolerance_holds_on_many_inputs(example, tmp_path, rows1, rows2, k
         x2[1] = x1[1] + 1e-3 * scale
         (actual,) = session.run(None, {"x1": x1.numpy(), "x2": x2.numpy()})
         expected = model(x1, x2).numpy()
-        atol = round(example.cdist_tolerance(x1, x2), 6)  # the README's rule, as test.py computes it
+        atol = round(
+            example.cdist_tolerance(x1, x2), 6
+        )  # the README's rule, as test.py computes it
         np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"seed={seed}")
         worst = max(worst, float(np.max(np.abs(actual.astype(np.float64) - expected)) / atol))
-    print(f"{rows1}x{k} vs {rows2}x{k}, scale {scale}: largest difference {worst:.2f} of the tolerance")
+    print(
+        f"{rows1}x{k} vs {rows2}x{k}, scale {scale}: largest difference {worst:.2f} of the tolerance"
+    )
 
 
 # ---- in separate processes: what would disturb this one -------------------------------------------------
@@ -431,4 +491,6 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
     assert "threshold_custom.onnx: ONNX Runtime matches PyTorch" not in output
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     statuses = {n: s["status"] for n, s in summary["steps"].items()}
-    assert statuses == {**{str(n): "runs" for n in range(1, 10)}, "1": "skipped", "7": "skipped"}, statuses
+    assert statuses == {**{str(n): "runs" for n in range(1, 10)}, "1": "skipped", "7": "skipped"}, (
+        statuses
+    )

@@ -34,7 +34,10 @@ def output_shapes(model):
     return [
         (
             o.type.tensor_type.elem_type,
-            [d.dim_value if d.HasField("dim_value") else d.dim_param for d in o.type.tensor_type.shape.dim],
+            [
+                d.dim_value if d.HasField("dim_value") else d.dim_param
+                for d in o.type.tensor_type.shape.dim
+            ],
         )
         for o in model.graph.output
     ]
@@ -52,7 +55,9 @@ def python(script: str, cwd, env=None, timeout=900) -> subprocess.CompletedProce
     )
 
 
-@pytest.mark.parametrize("filename", ["dual_residual_untyped.onnx", "dual_residual.onnx", "dual_residual_dynamo.onnx"])
+@pytest.mark.parametrize(
+    "filename", ["dual_residual_untyped.onnx", "dual_residual.onnx", "dual_residual_dynamo.onnx"]
+)
 def test_one_custom_node_with_two_named_outputs(run, filename):
     model = run.model(filename)
     (node,) = model.graph.node
@@ -67,7 +72,10 @@ def test_one_custom_node_with_two_named_outputs(run, filename):
 
 def test_typed_shaped_outputs(run):
     assert output_shapes(run.model("dual_residual.onnx")) == [(TensorProto.FLOAT, [2, 3, 4])] * 2
-    assert output_shapes(run.model("dual_residual_dynamo.onnx")) == [(TensorProto.FLOAT, [2, 3, 4])] * 2
+    assert (
+        output_shapes(run.model("dual_residual_dynamo.onnx"))
+        == [(TensorProto.FLOAT, [2, 3, 4])] * 2
+    )
     untyped = output_shapes(run.model("dual_residual_untyped.onnx"))
     assert [len(dims) for _, dims in untyped] == [3, 3]
     assert all(isinstance(d, str) for _, dims in untyped for d in dims)
@@ -100,7 +108,9 @@ def test_build_is_announced_and_no_cuda_warning(run):
     assert "building the C++ extension: about a minute the first time, cached after" in run.output
     assert "  built " in run.output or "  reused the cached build " in run.output
     assert "No CUDA runtime" not in run.output
-    assert "Torch IR graph at exception" not in run.output  # the exporter's dump is captured and checked
+    assert (
+        "Torch IR graph at exception" not in run.output
+    )  # the exporter's dump is captured and checked
 
 
 def test_tolerances_hold_over_seeds(run):
@@ -190,7 +200,9 @@ def test_without_onnxruntime_extensions_only_steps_4_and_6_skip(run, tmp_path):
     """A missing optional package: the other steps still run and check their models; exit 77 names 4 and 6."""
     shadow = tmp_path / "shadow" / "onnxruntime_extensions"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text('raise ImportError("onnxruntime_extensions hidden by the test")\n')
+    (shadow / "__init__.py").write_text(
+        'raise ImportError("onnxruntime_extensions hidden by the test")\n'
+    )
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "test.py", "--out", str(out)],
@@ -205,7 +217,11 @@ def test_without_onnxruntime_extensions_only_steps_4_and_6_skip(run, tmp_path):
     reason = "onnxruntime-extensions cannot be imported (ImportError: onnxruntime_extensions hidden by the test)"
     reason += ": pip install onnxruntime-extensions"
     assert skips == [f"SKIP step 4: {reason}", f"SKIP step 6: {reason}"]
-    for model in ["dual_residual.onnx", "dual_residual_dynamo.onnx", "failures/foo_all_attributes.onnx"]:
+    for model in [
+        "dual_residual.onnx",
+        "dual_residual_dynamo.onnx",
+        "failures/foo_all_attributes.onnx",
+    ]:
         assert (out / model).is_file(), model
     assert "== 7. Deploying a model with a custom-domain node ==" in proc.stdout
     assert "dual_residual_dynamo.onnx needs rknn_cst::cstDualResidual" in proc.stdout
@@ -234,10 +250,19 @@ def test_torch_2_4_gates_steps_6_and_7(run, tmp_path):
         "SKIP step 7: needs torch >= 2.6 (the second model, dual_residual_dynamo.onnx, comes from step 6)",
     ]
     assert "exporting with dynamo=True" not in proc.stdout
-    assert "dual_residual.onnx needs rknn_cst::cstDualResidual" in proc.stdout  # step 7 lists what it has
+    assert (
+        "dual_residual.onnx needs rknn_cst::cstDualResidual" in proc.stdout
+    )  # step 7 lists what it has
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     statuses = {number: step["status"] for number, step in summary["steps"].items()}
-    assert statuses == {**{str(n): "runs" for n in range(1, 6)}, "6": "needs torch >= 2.6", "7": "needs torch >= 2.6"}
-    assert sorted(p.name for p in out.glob("*.onnx")) == ["dual_residual.onnx", "dual_residual_untyped.onnx"]
+    assert statuses == {
+        **{str(n): "runs" for n in range(1, 6)},
+        "6": "needs torch >= 2.6",
+        "7": "needs torch >= 2.6",
+    }
+    assert sorted(p.name for p in out.glob("*.onnx")) == [
+        "dual_residual.onnx",
+        "dual_residual_untyped.onnx",
+    ]
     assert not list(tmp_path.rglob("*.sarif"))
     assert "Traceback" not in proc.stdout + proc.stderr

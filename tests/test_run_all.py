@@ -75,7 +75,9 @@ def hanging(sandbox):
 
     def add(own_group: bool = False) -> pathlib.Path:
         (sandbox / "hang").mkdir()
-        (sandbox / "hang" / "test.py").write_text(HANGING_EXAMPLE.format(info=str(info), own_group=own_group))
+        (sandbox / "hang" / "test.py").write_text(
+            HANGING_EXAMPLE.format(info=str(info), own_group=own_group)
+        )
         return info
 
     yield add
@@ -90,7 +92,11 @@ def hanging(sandbox):
 
 def runner(sandbox, *args):
     return subprocess.run(
-        [sys.executable, "run_all.py", *args], cwd=sandbox, capture_output=True, text=True, timeout=120
+        [sys.executable, "run_all.py", *args],
+        cwd=sandbox,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -146,13 +152,17 @@ def test_list_prints_discovered_examples(sandbox):
 
 
 def test_list_in_repository_matches_discovery():
-    proc = subprocess.run([sys.executable, "run_all.py", "--list"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "run_all.py", "--list"], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0
     assert proc.stdout.split() == EXAMPLES
 
 
 def test_list_with_names_lists_just_those_normalised_once_each_in_order(sandbox):
-    proc = runner(sandbox, "--list", "skipped", "./good/", "skipped", "good", str(sandbox / "skipped"))
+    proc = runner(
+        sandbox, "--list", "skipped", "./good/", "skipped", "good", str(sandbox / "skipped")
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["skipped", "good"]
 
@@ -227,12 +237,16 @@ def test_timeout_and_help_are_documented():
     import run_all
 
     assert "--timeout" in run_all.__doc__ and "Ctrl-C" in run_all.__doc__
-    proc = subprocess.run([sys.executable, "run_all.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "run_all.py", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0
     assert "--timeout SECONDS" in proc.stdout and "Ctrl-C" in proc.stdout
 
 
-@pytest.mark.parametrize("own_group", [False, True], ids=["grandchild in its group", "grandchild in a new group"])
+@pytest.mark.parametrize(
+    "own_group", [False, True], ids=["grandchild in its group", "grandchild in a new group"]
+)
 def test_timeout_stops_the_whole_process_tree_and_keeps_its_output(sandbox, hanging, own_group):
     info_path = hanging(own_group)
     start = time.monotonic()
@@ -246,7 +260,9 @@ def test_timeout_stops_the_whole_process_tree_and_keeps_its_output(sandbox, hang
     assert "step 1 done, now hanging" in row  # printed unflushed just before the hang
     assert "PASS" in summary_row(proc.stdout, "good")  # the run went on
     assert proc.stdout.rstrip().endswith("1 passed, 1 failed, 0 skipped")
-    assert not running(info["grandchild"]), "the grandchild (which ignores SIGTERM) survived the timeout"
+    assert not running(info["grandchild"]), (
+        "the grandchild (which ignores SIGTERM) survived the timeout"
+    )
     assert live_group_members(info["pgid"]) == []
     assert live_group_members(info["grandchild_pgid"]) == []
     assert took < 60, f"the runner took {took:.0f} s"
@@ -260,7 +276,9 @@ def test_timeout_stops_the_whole_process_tree_and_keeps_its_output(sandbox, hang
         (signal.SIGTERM, "pid", 143),
     ],
 )
-def test_interrupt_stops_the_whole_process_tree_and_prints_the_summary(sandbox, hanging, signum, target, status):
+def test_interrupt_stops_the_whole_process_tree_and_prints_the_summary(
+    sandbox, hanging, signum, target, status
+):
     proc = subprocess.Popen(
         [sys.executable, "run_all.py", "good", "hang", "skipped"],
         cwd=sandbox,
@@ -289,7 +307,9 @@ def test_interrupt_stops_the_whole_process_tree_and_prints_the_summary(sandbox, 
     assert ("by SIGTERM" in row) == (signum == signal.SIGTERM)
     assert "step 1 done, now hanging" in row
     assert "skipped " not in summary_of(stdout)  # never started
-    assert stdout.rstrip().endswith("1 passed, 0 failed, 0 skipped, 1 interrupted; not run: skipped")
+    assert stdout.rstrip().endswith(
+        "1 passed, 0 failed, 0 skipped, 1 interrupted; not run: skipped"
+    )
     assert not running(info["grandchild"]), "the grandchild (which ignores SIGTERM) survived"
     assert not running(info["pid"])
     assert live_group_members(info["pgid"]) == []

@@ -18,12 +18,26 @@ from conftest import ROOT
 import sync_translations
 
 ENGLISH_PAGES = [p.relative_to(ROOT) for p in sync_translations.pages()]
-FIRST_LINE = {"en": "English | [简体中文](README.zh-CN.md)", "zh": "[English](README.md) | 简体中文"}
+FIRST_LINE = {
+    "en": "English | [简体中文](README.zh-CN.md)",
+    "zh": "[English](README.md) | 简体中文",
+}
 # Share of CJK characters among the letters of the prose (code blocks, inline code, link targets, HTML
 # comments removed). Measured on the pages as written: 0.52 (the top page, whose generated version table is
 # English) to 0.76; an English page scores 0, a page left half in English about 0.35.
 MIN_CJK_SHARE = 0.45
-GLOSSARY_TERMS = ["算子", "符号函数", "导出器", "自定义算子", "域", "计算图", "节点", "转换函数", "分解", "容差"]
+GLOSSARY_TERMS = [
+    "算子",
+    "符号函数",
+    "导出器",
+    "自定义算子",
+    "域",
+    "计算图",
+    "节点",
+    "转换函数",
+    "分解",
+    "容差",
+]
 
 
 def pair(english):
@@ -39,7 +53,9 @@ def headings(text: str) -> list[str]:
 
 def inline_code(text: str) -> list[str]:
     """The inline code spans of the prose, whitespace folded (a span may wrap onto the next line)."""
-    spans = re.findall(r"(?<!`)`((?:[^`\n]|\n(?!\n))+)`(?!`)", sync_translations.without_fences(text))
+    spans = re.findall(
+        r"(?<!`)`((?:[^`\n]|\n(?!\n))+)`(?!`)", sync_translations.without_fences(text)
+    )
     return [" ".join(span.split()) for span in spans]
 
 
@@ -62,20 +78,28 @@ def test_every_page_has_a_chinese_twin_with_the_same_code(english):
         f"{english}: the Chinese page has {len(zh_blocks)} fenced blocks, the English {len(en_blocks)}"
     )
     for number, (a, b) in enumerate(zip(en_blocks, zh_blocks, strict=True), start=1):
-        assert a == b, f"{english}: fenced block {number} differs between the languages (python sync_translations.py)"
+        assert a == b, (
+            f"{english}: fenced block {number} differs between the languages (python sync_translations.py)"
+        )
 
 
 @pytest.mark.parametrize("english", ENGLISH_PAGES, ids=str)
 def test_the_same_headings_and_steps(english):
     en, zh = pair(english)
     en_heads, zh_heads = headings(en), headings(zh)
-    assert len(zh_heads) == len(en_heads), f"{english}: {len(en_heads)} '## ' headings, in Chinese {len(zh_heads)}"
+    assert len(zh_heads) == len(en_heads), (
+        f"{english}: {len(en_heads)} '## ' headings, in Chinese {len(zh_heads)}"
+    )
     steps = [re.match(r"## (\d+)\. ", h) for h in en_heads]
     for en_head, zh_head, step in zip(en_heads, zh_heads, steps, strict=True):
         if step:
-            assert zh_head.startswith(step.group(0)), f"{english}: {en_head!r} is {zh_head!r} in the Chinese page"
+            assert zh_head.startswith(step.group(0)), (
+                f"{english}: {en_head!r} is {zh_head!r} in the Chinese page"
+            )
         else:
-            assert not re.match(r"## \d+\. ", zh_head), f"{english}: {zh_head!r} stands where {en_head!r} does"
+            assert not re.match(r"## \d+\. ", zh_head), (
+                f"{english}: {zh_head!r} stands where {en_head!r} does"
+            )
 
 
 @pytest.mark.parametrize("english", ENGLISH_PAGES, ids=str)
@@ -90,7 +114,9 @@ def test_error_messages_api_names_and_commands_stay_verbatim(english):
         if title.startswith("## Errors"):
             zh_body = zh_sections[index][1]
             lost = [span for span in inline_code(body) if span not in inline_code(zh_body)]
-            assert not lost, f"{english}: the Chinese page's {zh_sections[index][0]!r} lacks {lost[:10]}"
+            assert not lost, (
+                f"{english}: the Chinese page's {zh_sections[index][0]!r} lacks {lost[:10]}"
+            )
 
 
 @pytest.mark.parametrize("english", ENGLISH_PAGES, ids=str)
@@ -98,21 +124,29 @@ def test_mostly_chinese_prose(english):
     en, zh = pair(english)
     assert cjk_share(en) < 0.02, f"{english} is not the English page"
     share = cjk_share(zh)
-    assert share >= MIN_CJK_SHARE, f"{english.parent / 'README.zh-CN.md'}: only {share:.0%} of its prose is Chinese"
+    assert share >= MIN_CJK_SHARE, (
+        f"{english.parent / 'README.zh-CN.md'}: only {share:.0%} of its prose is Chinese"
+    )
 
 
 @pytest.mark.parametrize("english", ENGLISH_PAGES, ids=str)
 def test_each_page_links_the_other_language_in_its_first_line(english):
     en, zh = pair(english)
-    assert en.splitlines()[0] == FIRST_LINE["en"], f"{english}: the first line must be {FIRST_LINE['en']!r}"
-    assert zh.splitlines()[0] == FIRST_LINE["zh"], f"{english.parent / 'README.zh-CN.md'}: first line"
+    assert en.splitlines()[0] == FIRST_LINE["en"], (
+        f"{english}: the first line must be {FIRST_LINE['en']!r}"
+    )
+    assert zh.splitlines()[0] == FIRST_LINE["zh"], (
+        f"{english.parent / 'README.zh-CN.md'}: first line"
+    )
 
 
 @pytest.mark.parametrize("english", ENGLISH_PAGES, ids=str)
 def test_chinese_pages_link_chinese_pages(english):
     """A Chinese page sends its reader to the other folders' Chinese pages, not to the English ones."""
     _, zh = pair(english)
-    zh = sync_translations.TABLE.sub("", zh)  # the version table is generated, the same in both languages
+    zh = sync_translations.TABLE.sub(
+        "", zh
+    )  # the version table is generated, the same in both languages
     here = ROOT / english.parent
     wrong = []
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", zh):
@@ -123,15 +157,21 @@ def test_chinese_pages_link_chinese_pages(english):
             wrong.append(target)
         elif resolved.name == "README.md" and resolved != (here / "README.md").resolve():
             wrong.append(target)
-    assert not wrong, f"{english.parent / 'README.zh-CN.md'} links English pages or bare folders: {wrong}"
+    assert not wrong, (
+        f"{english.parent / 'README.zh-CN.md'} links English pages or bare folders: {wrong}"
+    )
 
 
 def test_top_chinese_page_links_every_folder_and_has_a_glossary():
     _, zh = pair(ENGLISH_PAGES[0])
     for folder in sorted({p.parent for p in ENGLISH_PAGES if str(p.parent) != "."}):
-        assert f"]({folder}/README.zh-CN.md)" in zh, f"README.zh-CN.md does not link {folder}/README.zh-CN.md"
+        assert f"]({folder}/README.zh-CN.md)" in zh, (
+            f"README.zh-CN.md does not link {folder}/README.zh-CN.md"
+        )
     glossary = re.search(r"^### [^\n]*术语[^\n]*\n(.*?)(?=^##)", zh, re.S | re.M)
-    assert glossary is not None, "README.zh-CN.md has no glossary (a '### ' heading with 术语, before the next heading)"
+    assert glossary is not None, (
+        "README.zh-CN.md has no glossary (a '### ' heading with 术语, before the next heading)"
+    )
     glossary = glossary.group(1)
     absent = [term for term in GLOSSARY_TERMS if term not in glossary]
     assert not absent, f"the glossary lacks {absent}"

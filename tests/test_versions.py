@@ -27,14 +27,18 @@ def test_stack_pins_differ_from_requirements_only_in_torch(stack):
     pinned, other = pins("requirements.txt"), pins(run_stacks.STACKS[stack])
     assert set(other) == set(pinned), f"{stack} pins other packages than requirements.txt"
     differing = sorted(name for name in pinned if pinned[name] != other[name])
-    assert differing == ["torch", "torchvision"], f"{stack} differs from requirements.txt in {differing}"
+    assert differing == ["torch", "torchvision"], (
+        f"{stack} differs from requirements.txt in {differing}"
+    )
 
 
 def test_pinned_stack_is_requirements_txt():
     assert run_stacks.STACKS[PINNED] == "requirements.txt"
     import torch
 
-    assert torch.__version__.split("+")[0] == run_stacks.torch_version(PINNED), "the suite runs on another torch"
+    assert torch.__version__.split("+")[0] == run_stacks.torch_version(PINNED), (
+        "the suite runs on another torch"
+    )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

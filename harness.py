@@ -1,0 +1,544 @@
+"""What every example's test.py shares, so that each test.py holds only its lesson.
+
+A test.py imports this module; the page code never does (a README pasted into an empty folder runs
+without it). What it gives a test.py:
+
+- run(): the command line (--out DIR, -v), the output folder, each step in turn with its
+  `== N. Title ==` header (the step function's docstring), SKIP and FAIL lines, steps.json (what
+  each step did on this torch, and every error it reproduced, for the version table and
+  ERRORS.md), exit status 0 / 1 / 77.
+- needs_torch(), differs(), Skip: how a step says it cannot run here, once, at the step.
+- quiet() and captured(): what C++ code and loggers print, held back and checked (shown with -v).
+- show(): the full ONNX checker and a one-line summary of a model (the whole graph with -v).
+- The page helpers (expect_error, run_ort, compare) at the end of this file: word for word the
+  blocks the pages define for themselves, so each test.py takes them from here, not a copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import pathlib
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+import textwrap
+import traceback
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
+SKIP = 77  # exit status for "cannot run here", as in automake
+WIDTH = 96  # a longer summary line is cut with " ...": GitHub's code column shows 98 characters
+VERBOSE = False  # -v: every exported graph in full, and what quiet() held back
+
+
+class Skip(Exception):
+    """A step this machine cannot run (no C++ compiler, a missing optional package):
+    `SKIP step N: why`, the other steps go on, and the example exits 77."""
+
+
+class NeedsTorch(Exception):
+    """Raised where a step finds it needs a newer torch: `SKIP step N: needs torch >= X (why)`."""
+
+    def __init__(self, version: str, why: str) -> None:
+        super().__init__(f"needs torch >= {version} ({why})")
+        self.version, self.why = version, why
+
+
+def needs_torch(version: str, why: str):
+    """Decorate a step that needs torch >= VERSION: on an older torch run() skips it whole, prints
+    `SKIP step N: needs torch >= VERSION (why)`, and the version table says so."""
+
+    def mark(step):
+        step.needs_torch = (version, why)
+        return step
+
+    return mark
+
+
+def differs(why: str) -> None:
+    """The running step behaves differently, and validly, on this torch: print why, once, and mark
+    it (the version table says `differs`)."""
+    print(f"  on torch {torch.__version__.split('+')[0]}: {why}")
+    _STATUS[_CURRENT[0]].update(status="differs", why=why)
+
+
+# ---------------------------------------------------------------------------------------------
+# run(): the command line, the output folder, the steps, steps.json
+# ---------------------------------------------------------------------------------------------
+
+_STATUS: dict[int, dict] = {}  # step number -> {"status", "why", "title", "reproduced"}: steps.json
+_CURRENT = [0]
+
+
+def run(
+    test_py: str,
+    steps,
+    *,
+    kept: dict[int, tuple[str, ...]],
+    causes: dict[str, tuple],
+    failures: tuple[str, ...] = (),
+    argv: list[str] | None = None,
+    first: int = 1,
+    other_files: tuple[str, ...] = (),
+    arguments=None,
+    after=None,
+    summary: str = "steps.json",
+    passed: str = "every model in {out} checked and matched PyTorch in ONNX Runtime",
+) -> int:
+    """main() of a test.py: run STEPS (numbered from FIRST) in DIR (--out), its current directory.
+
+    kept: the models each step writes and claims valid (checked to exist once the step ran);
+    failures: the failure demonstrations under failures/; other_files: whatever else it writes.
+    causes: part of an expected error's text -> (what raises it, its cause in one line[, the step
+    that fixes it]); every error a step reproduces must match exactly one, for ERRORS.md.
+    arguments(parser): add options; their values reach the steps as harness.OPTIONS.
+    after(out): runs after the steps (deploy_rknn's second environment); may raise Skip.
+    """
+    global VERBOSE, OPTIONS
+    here = pathlib.Path(test_py).resolve().parent
+    args = _parse_command_line(test_py, here, argv, arguments)
+    VERBOSE, OPTIONS = args.verbose, args
+    out = args.out.resolve()
+    owned = tuple(m for models in kept.values() for m in models) + failures
+    problem = _prepare_out(out, owned + other_files)
+    if problem:
+        print(f"FAIL: cannot write models under {out}: {problem}")
+        return 1
+    _quiet_the_libraries()
+    _STATUS.clear()
+    skipped: list[str] = []
+    home = os.getcwd()
+    os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
+    try:
+        torch.manual_seed(0)
+        for number, step in enumerate(steps, start=first):
+            reason = _run_step(number, step, causes)
+            if reason:
+                skipped.append(f"step {number}: {reason}")
+        if after is not None:
+            try:
+                after(out)
+            except Skip as reason:
+                print(f"SKIP: {reason}")
+                skipped.append(str(reason))
+    except AssertionError as exc:
+        print(f"\nFAIL: {exc}")
+        return 1
+    except OSError as exc:
+        print(f"\nFAIL: cannot write models under {out}: {exc}")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
+        print(f"\nFAIL: unexpected {type(exc).__name__}: {_first_line(exc)}")
+        if VERBOSE:
+            traceback.print_exc(file=sys.stdout)
+        return 1
+    finally:
+        os.chdir(home)
+        summary_problem = write_summary(out / summary)
+    if summary_problem:
+        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
+        return 1
+    foreign = _foreign_models(out, owned)
+    if foreign:
+        names = ", ".join(foreign)
+        print(f"\nFAIL: {out} holds models this example did not write: {names} (remove them)")
+        return 1
+    if skipped:
+        print(f"\nSKIP: {'; '.join(skipped)}")
+        return SKIP
+    ran = [n for n, s in _STATUS.items() if s["status"] in ("runs", "differs")]
+    missing = [m for n in ran for m in kept.get(n, ()) if not (out / m).is_file()]
+    if missing:
+        print(f"\nFAIL: these models were not written: {', '.join(missing)}")
+        return 1
+    print("\nPASS: " + passed.format(out=out))
+    return 0
+
+
+OPTIONS = argparse.Namespace()
+
+
+def _run_step(number: int, step, causes: dict) -> str:
+    """Run one step: '' when it ran (or needs a newer torch), the reason when it was skipped."""
+    title = (step.__doc__ or step.__name__).strip().splitlines()[0]
+    _STATUS[number] = {"status": "runs", "why": "", "title": title}
+    _CURRENT[0] = number
+    print(f"\n== {number}. {title} ==")
+    needed = getattr(step, "needs_torch", None)
+    if needed and TORCH < tuple(int(p) for p in needed[0].split(".")):
+        print(f"SKIP step {number}: needs torch >= {needed[0]} ({needed[1]})")
+        _STATUS[number].update(status=f"needs torch >= {needed[0]}", why=needed[1])
+        return ""
+    printed: list[str] = []
+    saved = sys.stdout
+    sys.stdout = _Tee(saved, printed)
+    try:
+        step()
+    except NeedsTorch as reason:
+        print(f"SKIP step {number}: {reason}")
+        _STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+    except Skip as reason:
+        print(f"SKIP step {number}: {reason}")
+        _STATUS[number].update(status="skipped", why=str(reason))
+        return str(reason)
+    except BaseException:
+        _STATUS[number].update(status="fails")
+        raise
+    finally:
+        sys.stdout = saved
+    _record_reproduced(number, "".join(printed), causes)
+    return ""
+
+
+def _record_reproduced(number: int, printed: str, causes: dict) -> None:
+    """Note each error the step reproduced (expect_error's `reproduced:` lines) with the cause
+    CAUSES gives, in steps.json; `python run_stacks.py --write-table` writes ERRORS.md from them."""
+    entries = []
+    for line in printed.splitlines():
+        if line.startswith("  reproduced: "):
+            entries.append({"error": line.split("reproduced: ", 1)[1], "further_down": ""})
+        elif line.startswith("  reproduced, further down: ") and entries:
+            entries[-1]["further_down"] = line.split("further down: ", 1)[1]
+    for entry in entries:
+        text = entry["error"] + "\n" + entry["further_down"]
+        keys = [key for key in causes if key in text]
+        assert len(keys) == 1, (
+            f"step {number}: CAUSES must explain {entry['error'][:200]!r} once, not {len(keys)}x"
+        )
+        raised_by, cause, *fixed_in = causes[keys[0]]
+        entry.update(raised_by=raised_by, cause=cause, fixed_in=fixed_in[0] if fixed_in else number)
+    if entries:
+        _STATUS[number]["reproduced"] = entries
+
+
+def write_summary(path: pathlib.Path, extra: dict | None = None) -> str | None:
+    """steps.json: which torch ran, what each step did. Returns why it could not be written."""
+    summary = {
+        "torch": torch.__version__.split("+")[0],
+        "steps": {str(n): s for n, s in _STATUS.items()},
+    }
+    summary.update(extra or {})
+    try:
+        path.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        return f"{path.name}: {exc}"
+    return None
+
+
+def merge_summary(path: pathlib.Path) -> None:
+    """Fold the steps another process ran (its summary file) into this run's steps.json."""
+    steps = json.loads(path.read_text(encoding="utf-8"))["steps"]
+    _STATUS.update({int(number): status for number, status in steps.items()})
+
+
+def _quiet_the_libraries() -> None:
+    """What every example holds back, each said once in the pages: the DeprecationWarning of
+    every dynamo=False export, ONNX Runtime's log of a session that failed (expect_error prints
+    the error itself), torch 2.8's 'Missing annotation for parameter' log."""
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+    warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+    warnings.filterwarnings("ignore", message=".*The feature will be removed.*")
+    logging.getLogger("torch.onnx._internal.exporter._schemas").setLevel(logging.ERROR)
+    with contextlib.suppress(ImportError):
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(4)
+
+
+def _parse_command_line(test_py, here, argv, arguments) -> argparse.Namespace:
+    doc = ast.get_docstring(ast.parse(pathlib.Path(test_py).read_text(encoding="utf-8"))) or ""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument(
+        "--out",
+        type=_non_empty_path,
+        default=here / "output",
+        metavar="DIR",
+        help="write the models under DIR, failure demonstrations under DIR/failures "
+        "(default: output/ beside test.py)",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="print every exported graph in full"
+    )
+    if arguments is not None:
+        arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _non_empty_path(text: str) -> pathlib.Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "must not be empty (it would write into the current directory)"
+        )
+    return pathlib.Path(text)
+
+
+def _prepare_out(out: pathlib.Path, owned: tuple[str, ...]) -> str:
+    """Make DIR and DIR/failures, remove this example's files of an earlier run: '' or why not."""
+    if out.exists() and not out.is_dir():
+        return "it exists and is not a directory"
+    try:
+        (out / "failures").mkdir(parents=True, exist_ok=True)
+        for name in owned:
+            (out / name).unlink(missing_ok=True)
+        for folder in (out, out / "failures"):
+            with tempfile.TemporaryFile(dir=folder):
+                pass  # can we write there?
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return ""
+
+
+def _foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
+    """The .onnx files in DIR and DIR/failures that this example did not write (never deleted)."""
+    found = [*out.glob("*.onnx"), *(out / "failures").glob("*.onnx")]
+    return sorted(
+        p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Models: the checker and a one-line summary
+# ---------------------------------------------------------------------------------------------
+
+
+def show(path) -> onnx.ModelProto:
+    """onnx.checker with full_check, then a summary: the ops in order, the opset imports, the
+    outputs (on two lines, each cut at WIDTH characters, when one is too long); -v: the graph."""
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    outputs = ", ".join(f"{o.name}: {type_text(o.type)}" for o in model.graph.output)
+    line = f"  {pathlib.PurePath(path).as_posix()}: {' '.join(ops)}"
+    if len(f"{line} | opsets {opsets} | {outputs}") <= WIDTH:
+        print(f"{line} | opsets {opsets} | {outputs}")
+    else:  # two lines, each cut at WIDTH
+        print(cut(line))
+        print(cut(f"    opsets {opsets} | {outputs}"))
+    if VERBOSE:
+        print(textwrap.indent(onnx.printer.to_text(model.graph), "    "))
+    return model
+
+
+def cut(line: str, width: int = WIDTH) -> str:
+    """LINE, or its first WIDTH - 4 characters and ' ...' (the README's elision)."""
+    return line if len(line) <= width else line[: width - 4].rstrip() + " ..."
+
+
+def type_text(value_type) -> str:
+    """float32[1,3,10,10]; a symbolic dimension by its name."""
+    tensor = value_type.tensor_type
+    dims = [
+        str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+        for d in tensor.shape.dim
+    ]
+    return f"{onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)}[{','.join(dims)}]"
+
+
+def op_types(path) -> list[str]:
+    """The nodes of a model file, `domain.Op` for a custom domain."""
+    return [
+        f"{n.domain}.{n.op_type}" if n.domain else n.op_type
+        for n in onnx.load(str(path)).graph.node
+    ]
+
+
+def opsets_of(model) -> dict[str, int]:
+    return {o.domain: o.version for o in model.opset_import}
+
+
+def output_dims(model) -> list[int | str]:
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+
+
+# ---------------------------------------------------------------------------------------------
+# Output: what C++ code and loggers print, held back and checked
+# ---------------------------------------------------------------------------------------------
+
+
+def flush_stdio() -> None:
+    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through
+    C's stdout, block-buffered when stdout is a file or a pipe, so text left in it would cross a
+    redirect of the descriptors (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes them all."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def captured(sink: list[str]):
+    """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter,
+    ORT, the compiler) writes to the descriptors directly. Check what the lesson depends on."""
+    flush_stdio()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            flush_stdio()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
+
+
+@contextlib.contextmanager
+def quiet(*expected: str):
+    """captured(), but what Python code prints still reaches the reader: only what C++ code, loggers
+    and warnings write is held back (the TorchScript exporter's 'Torch IR graph at exception:' dump,
+    its shape-inference warnings, a compiler's log). Yields the held-back text (sink[0]), then
+    checks that it holds each EXPECTED text; shown with -v."""
+    sys.stdout.flush()
+    python_stdout, sink = sys.stdout, []
+    encoding = getattr(python_stdout, "encoding", None) or "utf-8"
+    with open(os.dup(1), "w", encoding=encoding, errors="replace", buffering=1) as passthrough:
+        with captured(sink):
+            # print() still reaches the reader (and the step's record); C++ writes to fd 1 do not
+            sys.stdout = (
+                python_stdout.to(passthrough) if isinstance(python_stdout, _Tee) else passthrough
+            )
+            try:
+                yield sink
+            finally:
+                sys.stdout = python_stdout
+    missing = [text for text in expected if text not in sink[0]]
+    assert not missing, (
+        f"expected the libraries to print {missing}; they printed:\n{sink[0][-3000:]}"
+    )
+    if VERBOSE and sink[0].strip():
+        print(textwrap.indent(sink[0].rstrip(), "    | "))
+
+
+class _Tee:
+    """A stdout that also keeps what is written to it (a step's record)."""
+
+    def __init__(self, stream, kept: list[str]):
+        self.stream, self.kept = stream, kept
+
+    def to(self, stream) -> _Tee:
+        return _Tee(stream, self.kept)
+
+    def write(self, text: str) -> int:
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a step may need that a machine lacks: a C++ toolchain, onnxruntime-extensions
+# ---------------------------------------------------------------------------------------------
+
+
+def build_problem() -> str:
+    """Why torch.utils.cpp_extension cannot build here ('' when it can): a Skip reason."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler: {compiler!r} is not on PATH (install g++, or set CXX)"
+    if not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file():
+        return "no Python headers (Python.h): install your Python's development package"
+    # cpp_extension runs `ninja` from PATH. A venv used without activation has it only beside its
+    # python, where activation would have put it on PATH: look there too.
+    scripts = sysconfig.get_path("scripts")
+    if shutil.which("ninja") is None and shutil.which("ninja", path=scripts):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    if shutil.which("ninja") is None:
+        python = sys.executable
+        return f"ninja is not installed for {python}: run `{python} -m pip install ninja`"
+    return ""
+
+
+def ortx_problem() -> str:
+    """Why onnxruntime-extensions is unusable (not installed, failing to import): a Skip reason."""
+    try:
+        import onnxruntime_extensions  # noqa: F401 - imported again only to read its error
+    except ImportError as error:
+        why = f"{type(error).__name__}: {error}"
+        return (
+            f"onnxruntime-extensions cannot be imported ({why}): pip install onnxruntime-extensions"
+        )
+    return ""
+
+
+# =============================================================================================
+# The page helpers: word for word the blocks each README defines for itself (a pasted page needs
+# them), kept once here for the test.py files, which import them. tests/test_examples.py checks that
+# every page's copy is this one.
+# =============================================================================================
+
+
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", [x for x in lines if expected in x][0])
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+
+
+def run_ort(path, feeds, options=None):
+    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def compare(name, actual, expected, rtol, atol):
+    """assert_allclose against PyTorch's result, then one line naming the model and the largest
+    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
+    dynamo=True program.)"""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
+    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+
+
+# torch.onnx.testing.assert_onnx_program (the pages import it from there) is public from torch 2.10
+# (pytorch/pytorch#162495); torch 2.6 to 2.9 have the same function under a private name. Each
+# test.py takes it from here, so that its dynamo=True steps run on those versions too.
+try:
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
+    try:
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: the steps that call it need a newer torch and are skipped
+        assert_onnx_program = None
