@@ -106,6 +106,13 @@ def last_lines(text: str, count: int = REASON_LINES) -> str:
     return " | ".join(lines[-count:])
 
 
+def verdict(text: str, word: str) -> str:
+    """An example's own last `SKIP: why` (or `FAIL: why`) line, without the word: the whole reason on
+    one line. Where it printed none (it crashed, or was stopped), its last lines."""
+    said = [line.strip() for line in text.splitlines() if line.startswith(f"{word}: ")]
+    return said[-1].removeprefix(f"{word}: ") if said else last_lines(text)
+
+
 def process_table() -> dict[int, tuple[int, int, str]]:
     """pid -> (parent pid, process group, state) of every process, from /proc; {} where there is none."""
     table = {}
@@ -252,9 +259,9 @@ def run_example(
     elif proc.returncode == 0:
         status, reason = "PASS", ""
     elif proc.returncode == SKIP_EXIT_CODE:
-        status, reason = "SKIP", last_lines(output)
+        status, reason = "SKIP", verdict(output, "SKIP")
     else:
-        status, reason = "FAIL", f"exit {proc.returncode}: {last_lines(output)}"
+        status, reason = "FAIL", f"exit {proc.returncode}: {verdict(output, 'FAIL')}"
     return {"name": name, "status": status, "seconds": seconds, "reason": reason, "output": output}
 
 

@@ -1,7 +1,7 @@
 """Run every example on each torch stack the repository supports; keep README.md's version table and ERRORS.md.
 
 A stack is one set of pinned packages: `requirements.txt` (torch 2.14.1, the default path) or a file
-under `stacks/` (the same pins with an older torch and torchvision). Each stack gets its own virtual
+under `stacks/` (the same pins with another torch and torchvision: 2.4.1, 2.8.0, 2.15.0). Each stack gets its own virtual
 environment, `.venv-STACK` beside this file (git-ignored), built on first use. `run_all.py` then runs
 every example with that environment's python, each writing `steps.json` (what each step did on that
 torch) beside its models under `.stacks/STACK/NAME/`.
@@ -12,6 +12,7 @@ torch) beside its models under `.stacks/STACK/NAME/`.
     python run_stacks.py --write-table            # then rewrite README.md's table and ERRORS.md from all runs
     python run_stacks.py --no-run --write-table   # rewrite them from the last runs (under .stacks/) only
     python run_stacks.py torch-2.4 --check-table  # fail when README.md's column or ERRORS.md differ for a stack
+    python run_stacks.py --build-only torch-2.15  # build an environment, run nothing
 
 ERRORS.md lists every error the examples reproduce (each example records them in its steps.json), with the
 torch versions that reproduced it: --write-table needs a run of every stack.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -31,10 +33,11 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent
-STACKS = {  # name -> the requirements file that pins it; the last is the default path
+STACKS = {  # name -> the requirements file that pins it (requirements.txt: the default stack)
     "torch-2.4": "stacks/torch-2.4.txt",
     "torch-2.8": "stacks/torch-2.8.txt",
     "torch-2.14": "requirements.txt",
+    "torch-2.15": "stacks/torch-2.15.txt",
 }
 RESULTS = ROOT / ".stacks"
 TABLE_BEGIN = (
@@ -48,26 +51,25 @@ RAISED_BY = {  # what raises an error (CAUSES in each test.py) -> its section of
     "onnx.checker": "`onnx.checker.check_model(..., full_check=True)`",
     "ONNX Runtime": "ONNX Runtime, loading or running an exported model",
     "RKNN-Toolkit2": "RKNN-Toolkit2 2.5.0, converting an exported model",
+    "OpenVINO": "OpenVINO, reading or compiling an exported model",
     "PyTorch": "PyTorch itself, before any export",
 }
 ERRORS_HEADER = """# Every error the examples reproduce
 
-Written by `python run_stacks.py --write-table` from what the examples reproduced on each torch; do not
-edit by hand. Each example's `test.py` records every error its `expect_error` reproduces (the lines it
-prints, in `steps.json` beside its models) with the cause its `CAUSES` gives; CI and the test suite fail
-while this page differs from what the examples reproduce.
+Search this page for the fixed part of your message, not for the names in it: leave out the module
+path (`torch.onnx.errors.`, `torch.onnx._internal.exporter._errors.`) and your op's name, and search
+for `is not supported`, `unrecognized namespace`, `Couldn't export Python operator`, `No ONNX
+function found for`, `No schema registered for`, `no fake impl`, `is not a registered function/op`,
+`No opset import for domain`, `No conversion rule found`, and so on. Each entry gives the message as
+an example printed it (when its first line is generic, such as `ConversionError: Failed to convert
+the exported program ...`, also the line further down that names the cause), the torch versions on
+which it was reproduced word for word, its cause, and the step that fixes it. `[Caused by ...]` tails
+and memory addresses are cut. Warnings and silent failures, which raise nothing, are in each folder's
+"Errors this folder fixes" and in the README's [Start here](README.md#start-here).
 
-Search this page for the fixed part of your message, not for the names in it: drop the module path
-(`torch.onnx.errors.`, `torch.onnx._internal.exporter._errors.`) and your op's or Function's name, and
-search for `is not supported`, `unrecognized namespace`, `Couldn't export Python operator`,
-`No ONNX function found for`, `No schema registered for`, `UnsupportedOperatorException`,
-`is not a registered function/op`, `No opset import for domain`, and so on: the rows hold the examples'
-own ops. When the first line of an error is generic (`ConversionError: Failed to convert the exported
-program ...`), the line that names the cause is further down in the traceback; each row shows the one
-its example printed. `torch` lists the versions on which the example reproduced the message word for
-word; `[Caused by ...]` tails and memory addresses are cut. `fixed in` is the step that fixes the error
-(often the one that reproduces it first). Warnings and silent failures, which raise nothing, are in each
-folder's "Errors this folder fixes" and the README's [Start here](README.md#start-here) table.
+Written by `python run_stacks.py --write-table` from what the examples reproduced on each torch (each
+`test.py` records what its `expect_error` printed, with the cause its `CAUSES` gives); do not edit by
+hand: CI and the test suite fail while this page differs from what the examples reproduce.
 """
 
 
@@ -83,11 +85,16 @@ def environment(stack: str) -> pathlib.Path:
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
     log = python.parent.parent / "pip-install.log"
+    # The stack's file pins every package: a machine-wide pip constraint file (a CI image may cap
+    # torch at the release it caches) must not choose another version, so this one call has none.
+    # The downloads land in pip's cache, which the stacks share (onnx, onnxruntime, numpy, ...).
+    env = {**os.environ, "PIP_CONSTRAINT": os.devnull}
     with log.open("w") as sink:
         install = subprocess.run(
             [str(python), "-m", "pip", "install", "-r", str(ROOT / STACKS[stack])],
             stdout=sink,
             stderr=sink,
+            env=env,
         )
     if install.returncode != 0:
         print(log.read_text(errors="replace")[-4000:])
@@ -129,8 +136,9 @@ def readme_steps(name: str) -> list[tuple[str, str]]:
     return re.findall(r"^## (\d+)\. (.+)$", text, re.M)
 
 
-def cell(summary: dict | None, number: str) -> str:
-    """What step NUMBER did on one stack, as the table says it: runs, differs (see step N), needs torch >= X."""
+def cell(summary: dict | None, number: str, name: str = "") -> str:
+    """What step NUMBER did on one stack, as the table says it: runs, differs (linked to the folder's
+    Notes, which say how), needs X (a newer torch), or what went wrong (skipped, fails)."""
     if summary is None:
         return "no result"
     step = summary["steps"].get(number)
@@ -138,8 +146,8 @@ def cell(summary: dict | None, number: str) -> str:
         return "not run"
     status = step["status"]
     if status == "differs":
-        return f"differs (see step {number})"
-    return status  # "runs", "needs torch >= X", or what went wrong ("skipped", "fails")
+        return f"[differs]({name}/README.md#notes)"
+    return status.replace("needs torch >= ", "needs ")
 
 
 def load_summary(stack: str, name: str) -> dict | None:
@@ -154,18 +162,18 @@ def torch_version(stack: str) -> str:
 
 
 def table(summaries: dict[str, dict[str, dict | None]]) -> str:
-    """The markdown table: one row per step of every example, one column per stack."""
+    """The markdown table: one row per step of every example, one column per stack. Narrow enough
+    for GitHub's column: the step's link and title in the first cell, a word in each other."""
     stacks = list(STACKS)
     lines = [
-        "| example | step | " + " | ".join(f"torch {torch_version(s)}" for s in stacks) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in stacks) + " |",
+        "| step | " + " | ".join(torch_version(s) for s in stacks) + " |",
+        "| --- | " + " | ".join("---" for _ in stacks) + " |",
     ]
     for name in examples():
         for number, title in readme_steps(name):
-            cells = [cell(summaries[s].get(name), number) for s in stacks]
-            lines.append(
-                f"| [`{name}/`]({name}/) | {number}. {title} | " + " | ".join(cells) + " |"
-            )
+            link = f"[`{name}/` {number}]({name}/README.md#{anchor(f'{number}. {title}')})"
+            cells = [cell(summaries[s].get(name), number, name) for s in stacks]
+            lines.append(f"| {link} {title} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -178,16 +186,14 @@ def committed_table() -> str:
 
 def column(table_text: str, stack: str) -> dict[tuple[str, str], str]:
     """(example, step) -> cell of STACK's column in a table written by table()."""
-    index = 2 + list(STACKS).index(stack)
-    rows = [
-        [c.strip() for c in line.strip().strip("|").split("|")]
-        for line in table_text.splitlines()[2:]
-    ]
-    return {
-        (row[0].split("`")[1].rstrip("/"), row[1].split(".", 1)[0]): row[index]
-        for row in rows
-        if len(row) > index
-    }
+    index = 1 + list(STACKS).index(stack)
+    table = {}
+    for line in table_text.splitlines()[2:]:
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        step = re.match(r"\[`([\w-]+)/` (\d+)\]", row[0])
+        if step and len(row) > index:
+            table[step.groups()] = row[index]
+    return table
 
 
 def write_table(text: str) -> None:
@@ -225,15 +231,14 @@ def clean(line: str) -> str:
 
 
 def code(text: str) -> str:
-    """TEXT as an inline code span inside a table cell."""
-    text = text.replace("|", "\\|")
+    """TEXT as an inline code span."""
     fence = "``" if "`" in text else "`"
     pad = " " if fence == "``" else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def error_rows(summary: dict | None, name: str) -> set[tuple[str, str, str, str]]:
-    """(section, error cell, cause cell, step cell) of each error the run of example NAME reproduced."""
+    """(section, error, cause, fixing step's link) of each error the run of example NAME reproduced."""
     if summary is None:
         return set()
     titles = dict(readme_steps(name))
@@ -242,18 +247,21 @@ def error_rows(summary: dict | None, name: str) -> set[tuple[str, str, str, str]
         for entry in step.get("reproduced", []):
             error = code(clean(entry["error"]))
             if entry["further_down"]:
-                error += "<br>further down: " + code(clean(entry["further_down"]))
-            fixed_in = str(
-                entry.get("fixed_in", number)
-            )  # the step that fixes it: the same or a later one
+                error += "\n  <br>further down: " + code(clean(entry["further_down"]))
+            fixed_in = str(entry.get("fixed_in", number))  # the step that fixes it: this or a later one
             heading = f"{fixed_in}. {titles.get(fixed_in, '')}"
             link = f"[`{name}/` step {fixed_in}]({name}/README.md#{anchor(heading)})"
-            rows.add((entry["raised_by"], error, entry["cause"].replace("|", "\\|"), link))
+            rows.add((entry["raised_by"], error, entry["cause"], link))
     return rows
 
 
+ENTRY_TAIL = "\n  <br>torch "  # an entry: "- ERROR[ further down]" then "  <br>torch V · cause · fixed in L"
+
+
 def errors_page(summaries: dict[str, dict[str, dict | None]]) -> str:
-    """ERRORS.md: one row per error, with the torch versions that reproduced it, grouped by what raises it."""
+    """ERRORS.md: one entry per error, with the torch versions that reproduced it, grouped by what
+    raises it. A list, not a table: an error message is long, and a table of them is wider than
+    GitHub's column."""
     versions: dict[tuple[str, str, str, str], list[str]] = {}
     for stack in STACKS:
         for name in examples():
@@ -270,28 +278,50 @@ def errors_page(summaries: dict[str, dict[str, dict | None]]) -> str:
         if not rows:
             continue
         parts.append(f"## {title}\n")
-        lines = ["| error | torch | cause | fixed in |", "| --- | --- | --- | --- |"]
-        for row in rows:
-            _, error, cause, link = row
-            lines.append(f"| {error} | {', '.join(versions[row])} | {cause} | {link} |")
-        parts.append("\n".join(lines) + "\n")
+        entries = [
+            f"- {error}{ENTRY_TAIL}{', '.join(versions[row])} · {cause} · fixed in {link}"
+            for row in rows
+            for _, error, cause, link in [row]
+        ]
+        parts.append("\n".join(entries) + "\n")
     return "\n".join(parts)
 
 
-def committed_errors(stack: str) -> set[tuple[str, str, str, str]]:
-    """The rows of the committed ERRORS.md whose torch cell names STACK's version, as error_rows() gives them."""
+def committed_entries() -> list[tuple[str, str, list[str], str, str]]:
+    """(section, error, torch versions, cause, link) of each entry of the committed ERRORS.md."""
     if not ERRORS.is_file():
-        return set()
+        return []
     by_title = {title: raised_by for raised_by, title in RAISED_BY.items()}
-    rows, section = set(), None
+    entries, section, lines = [], None, []
+
+    def close():
+        if lines and section:
+            text = "\n".join(lines)[2:]
+            error, _, tail = text.partition(ENTRY_TAIL)
+            found, cause, link = (tail.split(" · ", 2) + ["", ""])[:3]
+            versions = [v.strip() for v in found.split(",")]
+            entries.append((section, error, versions, cause, link.removeprefix("fixed in ")))
+        lines.clear()
+
     for line in ERRORS.read_text(encoding="utf-8").splitlines():
         if line.startswith("## "):
+            close()
             section = by_title.get(line[3:].strip())
-        elif line.startswith("| ") and not line.startswith(("| error |", "| --- |")) and section:
-            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
-            if len(cells) == 4 and torch_version(stack) in [v.strip() for v in cells[1].split(",")]:
-                rows.add((section, cells[0], cells[2], cells[3]))
-    return rows
+        elif line.startswith("- "):
+            close()
+            lines.append(line)
+        elif line.startswith("  ") and lines:
+            lines.append(line)
+        else:
+            close()
+    close()
+    return entries
+
+
+def committed_errors(stack: str) -> set[tuple[str, str, str, str]]:
+    """The entries of the committed ERRORS.md that name STACK's version, as error_rows() gives them."""
+    version = torch_version(stack)
+    return {(s, e, c, link) for s, e, vs, c, link in committed_entries() if version in vs}
 
 
 def errors_differ(stack: str, summaries: dict[str, dict | None], names: list[str]) -> list[str]:
@@ -339,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-run", action="store_true", help="only write or check the table, from the last runs"
     )
+    parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="only build the stacks' environments (CI builds them while the test suite runs)",
+    )
     args = parser.parse_args(argv)
     unknown = [s for s in args.stacks if s not in STACKS]
     if unknown:
@@ -355,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         ).absolute()  # not resolve(): a venv's python is a symlink
     selected = args.stacks or list(STACKS)
 
+    if args.build_only:
+        for stack in selected:
+            if stack not in pythons:
+                environment(stack)
+        return 0
     failed = []
     for stack in [] if args.no_run else selected:
         python = pythons.get(stack) or environment(stack)

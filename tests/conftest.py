@@ -3,6 +3,7 @@ README as a reader would paste it (its python blocks, in order, as one script in
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pathlib
 import re
@@ -22,6 +23,15 @@ EXAMPLES = run_all.discover(ROOT)
 # The examples run as a reader starts them: without PYTHONUNBUFFERED (some machines set it, this one among them).
 # Without it C's stdout is block-buffered, and C++ output must still land where the example captures it.
 CHILD_ENV = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+
+
+@pytest.fixture(autouse=True)
+def flush_c_stdio():
+    """Flush C's stdout after each test, while pytest still captures the descriptors: a test that exports
+    in this process (dynamo=False) leaves the exporter's C++ log ('Torch IR graph at exception: ...') in
+    C's buffer, which would otherwise reach the terminal at exit, after pytest's summary."""
+    yield
+    ctypes.CDLL(None).fflush(None)
 
 
 @dataclass
@@ -62,7 +72,7 @@ def example_run(tmp_path_factory):
             cache[name] = ExampleRun(name, proc.returncode, proc.stdout, out)
         result = cache[name]
         if result.returncode == run_all.SKIP_EXIT_CODE:
-            pytest.skip(f"{name} skipped itself: {run_all.last_lines(result.output)}")
+            pytest.skip(f"{name} skipped itself: {run_all.verdict(result.output, 'SKIP')}")
         return result
 
     return run

@@ -42,17 +42,18 @@ def test_errors_page_links_existing_steps():
         )
 
 
-def test_errors_page_sections_and_rows_are_well_formed():
+def test_errors_page_sections_and_entries_are_well_formed():
     text = run_stacks.ERRORS.read_text(encoding="utf-8")
     assert text.startswith(run_stacks.ERRORS_HEADER), "ERRORS.md's header is not the generated one"
     versions = {run_stacks.torch_version(s) for s in run_stacks.STACKS}
-    rows = [line for line in text.splitlines() if line.startswith("| `")]
-    assert len(rows) >= 40, f"ERRORS.md has {len(rows)} rows"
-    for row in rows:
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
-        assert len(cells) == 4, row
-        assert {v.strip() for v in cells[1].split(",")} <= versions, row
-        assert cells[2] and "](" in cells[3], row
+    entries = run_stacks.committed_entries()
+    assert len(entries) >= 40, f"ERRORS.md has {len(entries)} entries"
+    entry_lines = sum(line.startswith("- ") for line in text.splitlines())
+    assert entry_lines == len(entries), "an entry of ERRORS.md is not in the generated form"
+    for section, error, found, cause, link in entries:
+        assert section and error.startswith("`"), error
+        assert set(found) <= versions, (error, found)
+        assert cause and link.startswith("[`") and "/README.md#" in link, (error, link)
 
 
 def test_top_readme_links_the_errors_page():

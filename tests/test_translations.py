@@ -200,3 +200,22 @@ def sections(text: str) -> list[tuple[str, str]]:
     if title is not None:
         parts.append((title, "\n".join(body)))
     return parts
+
+
+# A gloss: a Chinese term followed by its English in brackets, 算子（operator）. The top page's glossary
+# (### 术语表) lists them all; elsewhere a page glosses a term at its first use only, and few terms.
+GLOSS = re.compile(r"[\u4e00-\u9fff][（(]([A-Za-z][A-Za-z0-9 ,.'/_-]*)[）)]")
+MAX_GLOSSES = 10
+
+
+@pytest.mark.parametrize("english", ENGLISH_PAGES, ids=str)
+def test_chinese_pages_gloss_few_terms_once(english):
+    _, zh = pair(english)
+    prose = sync_translations.without_fences(zh)
+    prose = re.sub(r"^### [^\n]*术语.*?(?=^## )", "", prose, flags=re.S | re.M)  # the glossary
+    prose = re.sub(r"`[^`\n]*`", " ", prose)
+    glosses = [g.strip().lower() for g in GLOSS.findall(prose)]
+    repeated = sorted({g for g in glosses if glosses.count(g) > 1})
+    page = english.parent / "README.zh-CN.md"
+    assert len(glosses) <= MAX_GLOSSES, f"{page}: {len(glosses)} glosses (at most {MAX_GLOSSES}): {glosses}"
+    assert not repeated, f"{page}: glossed more than once: {repeated}"
