@@ -1,5 +1,6 @@
-"""What pythonop_symbolic/test.py writes: every prim::PythonOp translated, by name and by argument; and the
-README's claim that ONNX Runtime matches PyTorch exactly, on many inputs, with its two edge cases."""
+"""What pythonop_symbolic/test.py writes: every prim::PythonOp translated, by name and by argument;
+the README's claim that ONNX Runtime matches PyTorch exactly, on many inputs, with its two edge
+cases; and autograd_inlining (deprecated) set once on the page, by no step that needs it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from conftest import page_script
 from onnx import numpy_helper
 
 NAME = "pythonop_symbolic"
@@ -98,9 +100,12 @@ def test_dynamo_custom_ops_with_one_table(run):
     assert clip_mins(model) == [0.5]
 
 
-def test_failures_write_nothing_and_no_external_data(run):
-    """The failing exports stop before writing; external_data=False leaves no empty NAME.onnx.data."""
-    assert not list((run.out / "failures").iterdir())
+def test_failures_write_only_the_ignored_registration_and_no_external_data(run):
+    """The failing exports stop before writing; the one failure demonstration that exports (the
+    `::prim_PythonOp` registration, never called) holds forward's inlined clamps, not the snippet's
+    Clip and Relu. ONNXProgram.save writes no NAME.onnx.data beside a small model."""
+    assert sorted(p.name for p in (run.out / "failures").iterdir()) == ["pythonop_old_name.onnx"]
+    assert ops(run.model("failures/pythonop_old_name.onnx")) == ["Constant", "Clip"] * 2
     assert not list(run.out.glob("*.data"))
 
 
@@ -114,12 +119,29 @@ def test_every_step_header_and_the_legacy_warning_are_printed(run):
     assert "torch.onnx.SymbolicContext exists: False" in run.output
     assert (
         "Torch IR graph at exception" not in run.output
-    )  # the exporter's dump is filtered at its source
+    )  # the exporter's dump is held back (harness.quiet)
+
+
+def test_the_symbolic_runs_without_autograd_inlining_and_not_under_dynamo(run):
+    """Steps 2 and 3 export with the default options and their symbolic still runs (its lines are
+    printed); step 4's exports never call it, although it is still registered."""
+    steps = run.output.split("\n== ")
+    by_number = {s.split(".", 1)[0]: s for s in steps[1:]}
+    assert "prim::PythonOp __main__.MyClip, args ['x.1', -0.5]" in by_number["2"]
+    assert "prim::PythonOp __main__.MyClip, args ['x.1', 0.0]" in by_number["3"]
+    assert "prim::PythonOp" not in by_number["4"]
+
+
+def test_autograd_inlining_is_set_once_on_the_page():
+    """The deprecated option appears in one export of the page, the one that shows its error."""
+    script = page_script(NAME)
+    assert script.count("autograd_inlining=False,") == 1  # the keyword argument, not a comment
+    assert script.count("autograd_inlining") == 2  # and the comment above it, which says why
 
 
 @pytest.mark.parametrize("filename", list(MODELS))
 def test_exact_on_many_inputs(run, filename):
-    """The README's tolerance rtol=0, atol=0 holds for any finite input, not just the example's seed 0."""
+    """The README's rtol=0, atol=0 holds for any finite input, not just the example's seed 0."""
     reference, n_inputs = MODELS[filename]
     for seed in SEEDS:
         generator = torch.Generator().manual_seed(seed)
@@ -138,8 +160,8 @@ SPECIAL = torch.tensor([[float("nan"), float("inf"), -float("inf")], [-0.0, 0.5,
 
 @pytest.mark.parametrize("filename", list(MODELS))
 def test_edge_cases_the_readme_names(run, filename):
-    """NaN stays NaN; +inf through a Clip without max becomes the largest float32 (ONNX's default max);
-    -0.0 may become +0.0. Exactly the differences the README lists, and no others."""
+    """NaN stays NaN; +inf through a Clip without max becomes the largest float32 (ONNX's default
+    max); -0.0 may become +0.0. Exactly the differences the README lists, and no others."""
     reference, n_inputs = MODELS[filename]
     inputs = [SPECIAL.clone() for _ in range(n_inputs)]
     actual = ort_run(run.out / filename, inputs)
@@ -157,8 +179,8 @@ def test_edge_cases_the_readme_names(run, filename):
 
 
 def test_every_step_runs_as_shown_on_the_pinned_torch(run):
-    """steps.json: all four steps run on the pinned torch, none differs (the README's expected output is its
-    output); the version-specific lines (`on torch X: ...`, `SKIP step N`) appear on older torch only."""
+    """steps.json: all four steps run on the pinned torch, none differs (the README's expected
+    output is its output); `on torch X: ...` and `SKIP step N` appear on older torch only."""
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
     assert {n: s["status"] for n, s in summary["steps"].items()} == dict.fromkeys(
