@@ -295,13 +295,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.write:
             readme_path.write_text(new, encoding="utf-8")
             print(f"{folder}/README.md: redrawn ({names})")
-        twin = readme_path.with_name("README.zh-CN.md")  # the Chinese page holds the same pictures
-        if args.write and twin.is_file():
-            translated = twin.read_text(encoding="utf-8")
-            redrawn = redraw(translated, models)
-            if redrawn != translated:
-                twin.write_text(redrawn, encoding="utf-8")
-                print(f"{folder}/README.zh-CN.md: redrawn")
         else:
             stale = [
                 a
@@ -312,6 +305,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"FAIL: {folder}/README.md: out of date: {', '.join(stale)}; fix: {fix_command(folder)}"
             )
             failed += 1
+        twin = readme_path.with_name("README.zh-CN.md")  # the Chinese page holds the same pictures
+        if args.write and twin.is_file():
+            translated = twin.read_text(encoding="utf-8")
+            redrawn = redraw(translated, models)
+            if redrawn != translated:
+                twin.write_text(redrawn, encoding="utf-8")
+                print(f"{folder}/README.zh-CN.md: redrawn")
     return 1 if failed else 0
 
 

@@ -3,21 +3,23 @@
 Run: python test.py [--out DIR] [-v]
 
 Builds `cst::dual_residual(x, y, alpha) -> (x*alpha - y, y*alpha - x)` with
-torch.utils.cpp_extension, exports it as one `rknn_cst::cstDualResidual` node with the
-TorchScript-based exporter (dynamo=False), runs it in ONNX Runtime with a Python kernel, records
-attributes of every kind from a second op, keeps the single node under the torch.export-based
-exporter (dynamo=True) with TORCH_LIBRARY, a fake kernel and custom_translation_table, and lists what
-a runtime must provide. Every ```python block of README.md is here word for word, inside the step it
-belongs to; the checks around it are this file's. Needs a C++ compiler; without one it exits 77 (SKIP).
-Passes on torch 2.14.1, 2.8.0 and 2.4.1 (see the README's Versions); writes DIR/steps.json.
+torch.utils.cpp_extension (TORCH_LIBRARY; and the legacy torch::RegisterOperators of the source
+material), exports it as one `rknn_cst::cstDualResidual` node with the TorchScript-based exporter
+(dynamo=False), runs it in ONNX Runtime with a Python kernel, records attributes of every kind from
+a second op, keeps the single node under the torch.export-based exporter (dynamo=True) with a fake
+kernel, a local ONNX schema and custom_translation_table, and lists what a runtime must provide.
+Every python block of README.md is in this file (the page's helpers in ../harness.py); the lines
+around them are the checks. Needs a C++ compiler; without one it exits 77 (SKIP).
 """
 
 import contextlib
+import io
 import logging
 import os
+import pathlib
 import re
+import sys
 import time
-import warnings
 
 import numpy as np
 import onnx
@@ -29,105 +31,72 @@ from onnx.reference.op_run import OpRun
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
 
-try:  # only steps 4 and 6 need it: they run the custom node in ONNX Runtime
+try:  # steps 4 and 6 need it to run the custom node; without it they SKIP, saying why
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
-except ImportError:  # pip install onnxruntime-extensions
+except ImportError:
     onnx_op = None
 
-# test.py's own imports (the ones above are the README's first block)
-import argparse
-import ctypes
-import pathlib
-import shutil
-import sys
-import sysconfig
-import tempfile
-import textwrap
-import traceback
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # noqa: E402
+from harness import assert_onnx_program, compare, expect_error  # noqa: E402
 
-TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
-
-HERE = pathlib.Path(__file__).resolve().parent
-SKIP = 77  # exit status for "cannot run here", as in automake
-VERBOSE = False  # -v: print every exported graph in full
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error's first line and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", next(line for line in lines if expected in line))
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 # 1. Build the op
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 
 DUAL_RESIDUAL_CPP = r"""
-#include <torch/script.h>
-
 // Two outputs from two tensors and a float.
-std::tuple<torch::Tensor, torch::Tensor> dual_residual(torch::Tensor x, torch::Tensor y, double alpha) {
+std::tuple<torch::Tensor, torch::Tensor> dual_residual(
+    const torch::Tensor& x, const torch::Tensor& y, double alpha) {
   return {x * alpha - y, y * alpha - x};
 }
 
-// Registered as Rockchip's example does: the schema is inferred from the C++ signature, and the
-// function becomes a catch-all kernel, which PyTorch files under CompositeImplicitAutograd (step 6).
-static auto registry = torch::RegisterOperators().op("cst::dual_residual", &dual_residual);
+// The op's schema, then its kernel under a real dispatch key (CPU).
+TORCH_LIBRARY(cst, m) {
+  m.def("dual_residual(Tensor x, Tensor y, float alpha) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(cst, CPU, m) {
+  m.impl("dual_residual", &dual_residual);
+}
 """
 
-FOO_CPP = r"""
+LEGACY_CPP = r"""
+#include <torch/script.h>
 #include <string>
 #include <vector>
 
+// Legacy: torch::RegisterOperators, as Rockchip's example registers cst::dual_residual.
+// The schema is inferred from the C++ signature; the function becomes a catch-all kernel.
+static auto legacy_registry =
+    torch::RegisterOperators().op("cst_legacy::dual_residual", &dual_residual);
+
 // Step 5: one argument of each attribute kind: float, int, string, float list, int list.
-torch::Tensor foo_forward(torch::Tensor x, torch::Tensor y, double alpha, int64_t beta, std::string mode,
-                          std::vector<double> scales, std::vector<int64_t> dims) {
+torch::Tensor foo_forward(torch::Tensor x, torch::Tensor y, double alpha, int64_t beta,
+                          std::string mode, std::vector<double> scales,
+                          std::vector<int64_t> dims) {
   auto z = mode == "sub" ? x * alpha - y * beta : x * alpha + y * beta;
   auto per_channel = torch::tensor(scales, z.options()).view({1, -1, 1, 1});
   return (z * per_channel).sum(dims, /*keepdim=*/true);
 }
 
-static auto foo_registry = torch::RegisterOperators().op("cst::foo_forward", &foo_forward);
-"""
-
-TORCH_LIBRARY_CPP = r"""
-// Step 6: the modern registration: an explicit schema, and the kernel under a real dispatch key (CPU).
-TORCH_LIBRARY(cst_lib, m) {
-  m.def("dual_residual(Tensor x, Tensor y, float alpha) -> (Tensor, Tensor)");
-}
-
-TORCH_LIBRARY_IMPL(cst_lib, CPU, m) {
-  m.impl("dual_residual", &dual_residual);
-}
+// Legacy too, as PyTorch 1.10's torch.onnx documentation registers its foo_forward (step 5).
+static auto foo_registry =
+    torch::RegisterOperators().op("cst_legacy::foo_forward", &foo_forward);
 """
 
 
-def step1_build() -> None:
-    print("\n== 1. Build cst::dual_residual with torch.utils.cpp_extension.load_inline ==")
-    problem = build_problem()
+def step1_build():
+    """Build cst::dual_residual with torch.utils.cpp_extension.load_inline"""
+    problem = harness.build_problem()
     if problem:
-        raise Skip(problem)
-    noise: list[str] = []
-    with captured(noise):  # torch 2.4 prints "No CUDA runtime is found" to stderr: the filter cannot catch a print
-        logging.getLogger("torch.utils.cpp_extension").addFilter(lambda record: "No CUDA runtime" not in record.msg)
-        from torch.utils import cpp_extension  # noqa: E402 - after the filter: the import itself logs the message
-    unexpected = [line for line in noise[0].splitlines() if line.strip() and "No CUDA runtime is found" not in line]
+        raise harness.Skip(problem)
+    with harness.quiet() as noise:  # torch 2.4 prints "No CUDA runtime is found", unfiltered
+        logging.getLogger("torch.utils.cpp_extension").addFilter(
+            lambda record: "No CUDA runtime" not in record.msg
+        )
+        from torch.utils import cpp_extension  # after the filter: importing it logs the message
+    unexpected = [line for line in noise[0].splitlines() if line.strip() and "No CUDA" not in line]
     assert not unexpected, f"importing torch.utils.cpp_extension printed: {unexpected}"
 
     EXTENSION_NAME = "onnx_tutorial_register_pytorch_op"
@@ -135,8 +104,8 @@ def step1_build() -> None:
     started = time.time()
     cpp_extension.load_inline(
         name=EXTENSION_NAME,
-        cpp_sources=[DUAL_RESIDUAL_CPP, FOO_CPP, TORCH_LIBRARY_CPP],
-        is_python_module=False,  # the ops register themselves when the library loads: no Python module
+        cpp_sources=[DUAL_RESIDUAL_CPP, LEGACY_CPP],
+        is_python_module=False,  # the ops register themselves when the library loads
         verbose=False,
     )
     (library,) = [path for path in torch.ops.loaded_libraries if EXTENSION_NAME in path]
@@ -145,10 +114,12 @@ def step1_build() -> None:
     else:
         print(f"  reused the cached build {library} ({time.time() - started:.1f} s)")
     print("  torch.ops.cst.dual_residual:", torch.ops.cst.dual_residual.default._schema)
+
     x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
-    r1, r2 = torch.ops.cst.dual_residual(x, y, 0.5)
-    torch.testing.assert_close(r1, x * 0.5 - y)
-    torch.testing.assert_close(r2, y * 0.5 - x)
+    for op in (torch.ops.cst.dual_residual, torch.ops.cst_legacy.dual_residual):
+        first, second = op(x, y, 0.5)
+        torch.testing.assert_close(first, x * 0.5 - y)
+        torch.testing.assert_close(second, y * 0.5 - x)
 
 
 class DualResidualModel(torch.nn.Module):
@@ -160,36 +131,41 @@ class DualResidualModel(torch.nn.Module):
         return torch.ops.cst.dual_residual(x, y, self.alpha)
 
 
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 # 2. Reproduce the failure
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
+
+# The graphs the TorchScript exporter prints before it raises: torch 2.5 to 2.14 the second,
+# torch 2.15 both, torch 2.4 neither (README, Notes)
+DUMPS = ("ONNX graph being constructed during exception:", "Torch IR graph at exception:")
 
 
-def step2_reproduce() -> None:
-    print("\n== 2. Export with no symbolic (dynamo=False) ==")
+def step2_reproduce():
+    """Export with no symbolic (dynamo=False)"""
     need_step1_ops()
-    warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
-    dump: list[str] = []
-    with captured(dump):  # the exporter prints the TorchScript graph it failed on: the README says so
+    said: list[str] = []
+    with harness.quiet() as dump, echoed(said):  # the exporter's graph dumps, reported below
         os.makedirs("failures", exist_ok=True)
         model = DualResidualModel().eval()
         inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
         with expect_error("ONNX export failed on an operator with unrecognized namespace"):
-            torch.onnx.export(model, inputs, "failures/dual_residual.onnx", dynamo=False, opset_version=12)
-    (reproduced,) = replay(dump[0], also="Torch IR graph at exception: graph(")
-    # The message names the op: measured on torch 2.4.1 and 2.14.1. torch 2.8.0's errors.py lacks the f-prefix
-    # of that f-string, so the message says "{op_name}" (fixed upstream by pytorch/pytorch#163074).
-    name = "cst::dual_residual"
-    if TORCH == (2, 8):
+            torch.onnx.export(
+                model, inputs, "failures/dual_residual.onnx", dynamo=False, opset_version=12
+            )
+    other_dumps = held_back(dump[0])
+
+    name = "cst::dual_residual"  # the op's name, in the message on torch 2.4, 2.14 and 2.15
+    if harness.TORCH == (2, 8):  # torch/onnx/errors.py at v2.8.0 lacks the f of an f-string
         name = "{op_name}"
-        differs("the message says {op_name} where the op's name belongs (torch/onnx/errors.py lacks an f-prefix)")
-    expected = f"unrecognized namespace {name}. If you are trying to export a custom operator"
-    assert expected in reproduced, (expected, reproduced)
+        harness.differs("the message says {op_name} where the op's name belongs")
+    elif other_dumps:  # torch 2.4: no dump; torch 2.15: two
+        harness.differs(other_dumps)
+    assert f"unrecognized namespace {name}. If you are trying" in said[0], said[0]
 
 
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 # 3. Export it as one node
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 
 
 @parse_args("v", "v", "f")
@@ -199,20 +175,20 @@ def dual_residual_untyped(g, x, y, alpha):
 
 @parse_args("v", "v", "f")
 def dual_residual_symbolic(g, x, y, alpha):
-    # outputs=2 makes g.op return one Value per output; each needs its type, as ONNX cannot infer it.
+    # outputs=2: g.op returns one Value per output; give each its type (ONNX cannot infer it)
     out_x, out_y = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
     out_x.setType(x.type())
     out_y.setType(y.type())
     return out_x, out_y
 
 
-def step3_export_one_node() -> None:
-    print("\n== 3. One rknn_cst::cstDualResidual node (dynamo=False) ==")
+def step3_export_one_node():
+    """One rknn_cst::cstDualResidual node (dynamo=False)"""
     need_step1_ops()
     model = DualResidualModel().eval()  # the model and inputs of step 2
     inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-    untyped: list[str] = []
-    with captured(untyped):  # the exporter's C++ warning goes to stderr: checked below
+    warning = "The shape inference of rknn_cst::cstDualResidual type is missing"
+    with harness.quiet(warning):  # the exporter's C++ warning, checked
         register_custom_op_symbolic("cst::dual_residual", dual_residual_untyped, 12)
         torch.onnx.export(
             model,
@@ -224,8 +200,8 @@ def step3_export_one_node() -> None:
             input_names=["x", "y"],
             output_names=["x_res", "y_res"],
         )
-    typed: list[str] = []
-    with captured(typed):
+    print(f"  the exporter warned: {warning} ...")
+    with harness.quiet() as typed:
         register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
         torch.onnx.export(
             model,
@@ -237,53 +213,46 @@ def step3_export_one_node() -> None:
             input_names=["x", "y"],
             output_names=["x_res", "y_res"],
         )
-    for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
-        onnx.checker.check_model(path, full_check=True)  # printed in full below: one node each
+    assert warning not in typed[0], typed[0]
+
     for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
         print(onnx.printer.to_text(onnx.load(path).graph))
-    # Why setType: without it the exporter warns and both outputs get made-up dimensions.
-    warning = "The shape inference of rknn_cst::cstDualResidual type is missing"
-    outputs = {path: onnx.load(path).graph.output for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]}
-    for path, values in outputs.items():
-        assert [v.name for v in values] == ["x_res", "y_res"], (path, [v.name for v in values])
-    made_up = [type_text(v.type) for v in outputs["dual_residual_untyped.onnx"]]
-    assert warning in untyped[0] and all(re.fullmatch(r"float32\[(cstDualResidual\w+,?){3}\]", t) for t in made_up), (
-        untyped[0],
-        made_up,
-    )
-    print(f"  exporter warned: {warning} ...")
-    shaped = [type_text(v.type) for v in outputs["dual_residual.onnx"]]
-    assert warning not in typed[0] and shaped == ["float32[2,3,4]"] * 2, (typed[0], shaped)
+
+    shapes = {}
+    for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
+        written = onnx.load(path)
+        onnx.checker.check_model(written, full_check=True)
+        assert [v.name for v in written.graph.output] == ["x_res", "y_res"], path
+        shapes[path] = [harness.type_text(v.type) for v in written.graph.output]
+    made_up = r"float32\[(cstDualResidual\w+,?){3}\]"  # the exporter's made-up dimension names
+    assert all(re.fullmatch(made_up, t) for t in shapes["dual_residual_untyped.onnx"]), shapes
+    assert shapes["dual_residual.onnx"] == ["float32[2,3,4]"] * 2, shapes
     print("  with setType: no warning; outputs x_res, y_res: float32[2,3,4]")
 
 
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 # 4. Run it
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 
 
-def compare_in_ort(path, model, inputs, rtol=1e-6, atol=1e-6):
-    """Run PATH in ONNX Runtime with the @onnx_op kernels; compare each output with the model's in PyTorch."""
+def ortx_session(model):
+    """An ONNX Runtime session that runs @onnx_op kernels (onnxruntime-extensions' library)."""
     options = ort.SessionOptions()
-    options.register_custom_ops_library(get_library_path())  # the library that runs @onnx_op kernels
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    feeds = {i.name: tensor.numpy() for i, tensor in zip(session.get_inputs(), inputs, strict=True)}
-    expected = [tensor.numpy() for tensor in model(*inputs)]
-    for output, got, want in zip(session.get_outputs(), session.run(None, feeds), expected, strict=True):
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{path} {output.name}")
-        diff, tolerance = np.abs(got - want).max(), f"rtol={rtol}, atol={atol}"
-        print(f"  {path} {output.name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; {tolerance})")
+    options.register_custom_ops_library(get_library_path())
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def step4_run() -> None:
-    print("\n== 4. Run it in ONNX Runtime with a Python kernel ==")
+def step4_run():
+    """Run it in ONNX Runtime with a Python kernel"""
     need_step1_ops()
+    model = DualResidualModel().eval()  # the model and inputs of step 2
+    inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
     with expect_error("rknn_cst:cstDualResidual(-1) is not a registered function/op"):
         ort.InferenceSession("dual_residual.onnx", providers=["CPUExecutionProvider"])
     if onnx_op is None:
-        raise Skip(ortx_problem())
+        raise harness.Skip(harness.ortx_problem())
 
-    # The test double for the target runtime's kernel. Step 6 runs its model with it too.
+    # The stand-in for the target runtime's kernel; step 6 runs its model with it too.
     @onnx_op(
         op_type="rknn_cst::cstDualResidual",
         inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
@@ -294,32 +263,34 @@ def step4_run() -> None:
         alpha = np.float32(alpha)
         return x * alpha - y, y * alpha - x
 
-    model = DualResidualModel().eval()  # the model and inputs of step 2
-    inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-    compare_in_ort("dual_residual_untyped.onnx", model, inputs)
-    compare_in_ort("dual_residual.onnx", model, inputs)
+    feeds = {"x": inputs[0].numpy(), "y": inputs[1].numpy()}
+    for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
+        actual = ortx_session(path).run(None, feeds)
+        for name, got, expected in zip(["x_res", "y_res"], actual, model(*inputs), strict=True):
+            compare(f"{path} {name}", got, expected, rtol=1e-6, atol=1e-6)
 
 
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 # 5. Attributes of every kind
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 
 
 class FooModel(torch.nn.Module):
     def forward(self, x, y):
-        return torch.ops.cst.foo_forward(x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3])
+        return torch.ops.cst_legacy.foo_forward(x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3])
 
 
 @parse_args("v", "v", "f", "i", "s", "fs", "is")
 def foo_forward_with_fs(g, x, y, alpha, beta, mode, scales, dims):
-    return g.op("rknn_cst::Foo", x, y, alpha_f=alpha, beta_i=beta, mode_s=mode, scales_f=scales, dims_i=dims)
+    attributes = {"alpha_f": alpha, "beta_i": beta, "mode_s": mode, "scales_f": scales}
+    return g.op("rknn_cst::Foo", x, y, dims_i=dims, **attributes)
 
 
 @parse_args("v", "v", "f", "i", "s", "v", "is")
 def foo_forward_symbolic(g, x, y, alpha, beta, mode, scales, dims):
     # Take the float list as "v" and read each element's constant.
     scales = [element.node().t("value").item() for element in scales.node().inputs()]
-    # The parse_args descriptor says what Python value you get; the g.op suffix says what ONNX stores.
+    # parse_args' descriptor: the Python value you get; the g.op suffix: what ONNX stores.
     out = g.op(
         "rknn_cst::Foo",
         x,
@@ -347,18 +318,22 @@ class Foo(OpRun):
         return (z.sum(axis=tuple(dims), keepdims=True),)
 
 
-def step5_attributes() -> None:
-    print("\n== 5. Attributes of every kind: cst::foo_forward (dynamo=False) ==")
+def step5_attributes():
+    """Attributes of every kind: cst_legacy::foo_forward (dynamo=False)"""
     need_step1_ops()
-    dump: list[str] = []
-    with captured(dump):  # the exporter prints the TorchScript graph it failed on, as in step 2
+    with harness.quiet() as dump:  # the exporter's graph dumps, as in step 2
         foo_model = FooModel().eval()
         foo_inputs = (torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5))
-        register_custom_op_symbolic("cst::foo_forward", foo_forward_with_fs, 12)
+        register_custom_op_symbolic("cst_legacy::foo_forward", foo_forward_with_fs, 12)
         with expect_error("unpack the ListConstruct node that is not a list of integers"):
-            torch.onnx.export(foo_model, foo_inputs, "failures/foo.onnx", dynamo=False, opset_version=12)
-    replay(dump[0], also="Torch IR graph at exception: graph(")
-    register_custom_op_symbolic("cst::foo_forward", foo_forward_symbolic, 12)
+            torch.onnx.export(
+                foo_model, foo_inputs, "failures/foo.onnx", dynamo=False, opset_version=12
+            )
+    other_dumps = held_back(dump[0])
+    if other_dumps:  # torch 2.4: no dump; torch 2.15: two
+        harness.differs(other_dumps)
+
+    register_custom_op_symbolic("cst_legacy::foo_forward", foo_forward_symbolic, 12)
     torch.onnx.export(
         foo_model,
         foo_inputs,
@@ -368,177 +343,187 @@ def step5_attributes() -> None:
         custom_opsets={"rknn_cst": 1},
         input_names=["x", "y"],
     )
-    exported = show("failures/foo_all_attributes.onnx")
+    exported = harness.show("failures/foo_all_attributes.onnx")
+
     foo_onnx = onnx.load("failures/foo_all_attributes.onnx")
     (foo_node,) = foo_onnx.graph.node
-    print("  attribute types:", {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute})
+    kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute}
+    print("  attribute types:", kinds)
     feeds = {"x": foo_inputs[0].numpy(), "y": foo_inputs[1].numpy()}
     (foo_actual,) = ReferenceEvaluator(foo_onnx, new_ops=[Foo]).run(None, feeds)
-    foo_diff = np.abs(foo_actual - foo_model(*foo_inputs).numpy()).max()
-    np.testing.assert_allclose(foo_actual, foo_model(*foo_inputs).numpy(), rtol=1e-5, atol=1e-5)
-    print(f"  failures/foo_all_attributes.onnx matches PyTorch in onnx.reference (max abs diff {foo_diff:.1e})")
-    (node,) = exported.graph.node
-    kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in node.attribute}
-    assert kinds == {"alpha": "FLOAT", "beta": "INT", "mode": "STRING", "scales": "FLOATS", "dims": "INTS"}, kinds
-    assert [type_text(o.type) for o in exported.graph.output] == ["float32[2,3,1,1]"]
+    expected = foo_model(*foo_inputs)
+    compare("failures/foo_all_attributes.onnx", foo_actual, expected, rtol=1e-5, atol=1e-5)
+
+    assert kinds == {
+        "alpha": "FLOAT",
+        "beta": "INT",
+        "mode": "STRING",
+        "scales": "FLOATS",
+        "dims": "INTS",
+    }, kinds
+    assert [harness.type_text(o.type) for o in exported.graph.output] == ["float32[2,3,1,1]"]
 
 
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 # 6. The torch.export-based exporter (dynamo=True)
-# =============================================================================================
-
-
-class DualResidualLibModel(torch.nn.Module):
-    def __init__(self, alpha: float = 0.5) -> None:
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x, y):
-        return torch.ops.cst_lib.dual_residual(x, y, self.alpha)
+# ---------------------------------------------------------------------------------------------
 
 
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
 
 
-def dual_residual_translation(x, y, alpha: float):
+def dual_residual_no_schema(x, y, alpha: float):
     return rknn_cst.cstDualResidual(x, y, alpha=alpha)
 
 
-def step6_dynamo() -> None:
-    print("\n== 6. The torch.export-based exporter (dynamo=True) ==")
+# The node's ONNX schema, kept local: it tells onnxscript that the node has two outputs.
+Parameter = onnx.defs.OpSchema.FormalParameter
+dual_residual_schema = onnx.defs.OpSchema(
+    "cstDualResidual",
+    "rknn_cst",
+    1,
+    inputs=[Parameter("X", "T"), Parameter("Y", "T")],
+    outputs=[Parameter("X_res", "T"), Parameter("Y_res", "T")],
+    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
+    attributes=[onnx.defs.OpSchema.Attribute("alpha", onnx.defs.OpSchema.AttrType.FLOAT, "")],
+)
+cstDualResidual = onnxscript.values.Op(rknn_cst, "cstDualResidual", dual_residual_schema)
+
+
+def dual_residual_translation(x, y, alpha: float):
+    return cstDualResidual(x, y, alpha=alpha)
+
+
+# What torch 2.8's draft export ends with (step 6), and every torch without a translation
+NO_TRANSLATION = "No ONNX function found for <OpOverload(op='cst.dual_residual'"
+
+
+class LegacyDualResidualModel(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.ops.cst_legacy.dual_residual(x, y, 0.5)
+
+
+@harness.needs_torch(
+    "2.6",
+    "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old "
+    "torch.onnx.dynamo_export",
+)
+def step6_dynamo():
+    """The torch.export-based exporter (dynamo=True)"""
     need_step1_ops()
     model = DualResidualModel().eval()  # the model and inputs of step 2
     inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-    dispatch = torch._C._dispatch_dump("cst::dual_residual")
-    print("  " + next(line for line in dispatch.splitlines() if "CompositeImplicitAutograd" in line))
-    assert "registered by RegisterOperators" in dispatch
-    if TORCH < (2, 6):
-        raise NeedsTorch(
-            "2.6", "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old torch.onnx.dynamo_export"
-        )
     print("  exporting with dynamo=True: a few seconds per export, five exports")
-    onnx_program = torch.onnx.export(model, inputs, dynamo=True, verbose=False)
-    onnx_program.save("failures/dual_residual_traced_through.onnx")
-    print("  the custom node is gone:", [node.op_type for node in onnx_program.model_proto.graph.node])
-    traced = show("failures/dual_residual_traced_through.onnx")
-    assert [n.op_type for n in traced.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
-    assert "rknn_cst" not in {o.domain for o in traced.opset_import}
-    # dynamo=True's default opset: 18 on torch 2.8.0 (_compat.py: TORCHLIB_OPSET), 20 on 2.14.1 (ONNX_DEFAULT_OPSET).
-    default_opset = 18 if TORCH < (2, 9) else 20
-    assert {o.domain: o.version for o in traced.opset_import}[""] == default_opset, traced.opset_import
-    feeds = {"x": inputs[0].numpy(), "y": inputs[1].numpy()}
-    actual = run_ort("failures/dual_residual_traced_through.onnx", feeds)
-    for output, got, expected in zip(traced.graph.output, actual, model(*inputs), strict=True):
-        compare(f"failures/dual_residual_traced_through.onnx {output.name}", got, expected, rtol=1e-6, atol=1e-6)
 
-    if TORCH < (2, 9):  # torch.export fails on the missing fake kernel, then draft export runs the CPU kernel
-        differs(
-            "dynamo=True exports at opset 18 (20 on 2.14), and a missing fake kernel does not stop torch.onnx.export:"
-            " it falls back to draft export and fails later, at conversion; torch.export.export names the cause"
+    if harness.TORCH < (2, 9):  # torch.export fails on the missing fake kernel; draft export runs
+        harness.differs(
+            "dynamo=True writes opset 18 (20 from 2.9), and a missing fake kernel does not stop "
+            "it: draft export runs the CPU kernel, and the export fails later, at conversion"
         )
-        lib_model = DualResidualLibModel().eval()
-        log: list[str] = []
-        no_translation = "No ONNX function found for <OpOverload(op='cst_lib.dual_residual', overload='default')>"
-        with captured(log), expect_error(no_translation):  # draft export logs a report: checked below
-            torch.onnx.export(lib_model, inputs, dynamo=True, verbose=False)
-        draft_export_fallback(log[0])
+        report = "it was not able to soundly produce a graph"
+        with harness.quiet(report), expect_error(NO_TRANSLATION):
+            torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+        print(f"  draft export logged: ... {report} ...")
     else:
-        lib_model = DualResidualLibModel().eval()
-        with expect_error("UnsupportedOperatorException'>: cst_lib.dual_residual.default"):  # torch 2.8: see below
-            torch.onnx.export(lib_model, inputs, dynamo=True, verbose=False)
-    with expect_error("UnsupportedOperatorException: cst_lib.dual_residual.default"):
-        torch.export.export(lib_model, inputs, strict=False)
+        with expect_error("UnsupportedOperatorException'>: cst.dual_residual.default"):
+            torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+    with expect_error("UnsupportedOperatorException: cst.dual_residual.default"):
+        torch.export.export(model, inputs, strict=False)
 
-    @torch.library.register_fake("cst_lib::dual_residual")
+    @torch.library.register_fake("cst::dual_residual")
     def _(x, y, alpha):
         return torch.empty_like(x), torch.empty_like(y)
 
-    with expect_error("No ONNX function found for <OpOverload(op='cst_lib.dual_residual', overload='default')>"):
-        torch.onnx.export(lib_model, inputs, dynamo=True, verbose=False)
-    table = {torch.ops.cst_lib.dual_residual.default: dual_residual_translation}
-    with expect_error("No schema registered for 'cstDualResidual' version '1' and domain 'rknn_cst'"):
-        torch.onnx.export(lib_model, inputs, dynamo=True, verbose=False, custom_translation_table=table)
-    float_tensors = [("T", ["tensor(float)"], "float32 tensors")]
-    schema = onnx.defs.OpSchema(
-        "cstDualResidual",
-        "rknn_cst",
-        1,
-        inputs=[onnx.defs.OpSchema.FormalParameter("X", "T"), onnx.defs.OpSchema.FormalParameter("Y", "T")],
-        outputs=[onnx.defs.OpSchema.FormalParameter("X_res", "T"), onnx.defs.OpSchema.FormalParameter("Y_res", "T")],
-        type_constraints=float_tensors,
-        attributes=[onnx.defs.OpSchema.Attribute("alpha", onnx.defs.OpSchema.AttrType.FLOAT, "the scale")],
-    )
-    onnx.defs.register_schema(schema)
+    checks = torch.library.opcheck(torch.ops.cst.dual_residual.default, (*inputs, 0.5))
+    print("  opcheck:", ", ".join(f"{test}: {result}" for test, result in checks.items()))
+
+    with expect_error("No ONNX function found for <OpOverload(op='cst.dual_residual'"):
+        torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+
+    table = {torch.ops.cst.dual_residual.default: dual_residual_no_schema}
+    with expect_error("No schema registered for 'cstDualResidual' version '1'"):
+        torch.onnx.export(model, inputs, dynamo=True, verbose=False, custom_translation_table=table)
+
     onnx_program = torch.onnx.export(
-        lib_model,
+        model,
         inputs,
         dynamo=True,
         verbose=False,
         input_names=["x", "y"],
         output_names=["x_res", "y_res"],
-        custom_translation_table={torch.ops.cst_lib.dual_residual.default: dual_residual_translation},
+        custom_translation_table={torch.ops.cst.dual_residual.default: dual_residual_translation},
     )
     onnx_program.save("dual_residual_dynamo.onnx")
     print(onnx.printer.to_text(onnx_program.model_proto.graph))
+
     exported = onnx.load("dual_residual_dynamo.onnx")
     onnx.checker.check_model(exported, full_check=True)
     (node,) = exported.graph.node
     assert (node.domain, node.op_type) == ("rknn_cst", "cstDualResidual")
-    assert [(o.name, type_text(o.type)) for o in exported.graph.output] == [
-        ("x_res", "float32[2,3,4]"),
-        ("y_res", "float32[2,3,4]"),
-    ]
+    assert not onnx.defs.has("cstDualResidual", "rknn_cst")  # the schema stayed local
+    outputs = [(o.name, harness.type_text(o.type)) for o in exported.graph.output]
+    assert outputs == [("x_res", "float32[2,3,4]"), ("y_res", "float32[2,3,4]")], outputs
+    assert harness.opsets_of(exported) == {"": 18 if harness.TORCH < (2, 9) else 20, "rknn_cst": 1}
     if onnx_op is None:
-        raise Skip(ortx_problem())
-    # Relies on step 4: the @onnx_op kernel registered there serves this model too.
-    compare_in_ort("dual_residual_dynamo.onnx", lib_model, inputs)
+        raise harness.Skip(harness.ortx_problem())
+
+    onnx_program.initialize_inference_session(ortx_session)  # runs step 4's @onnx_op kernel
+    assert_onnx_program(onnx_program, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
+    print("  dual_residual_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
+
+    legacy_model = LegacyDualResidualModel().eval()
+    legacy_program = torch.onnx.export(legacy_model, inputs, dynamo=True, verbose=False)
+    print("  the custom node is gone:", [n.op_type for n in legacy_program.model_proto.graph.node])
+    assert_onnx_program(legacy_program, rtol=1e-6, atol=1e-6)  # right numbers, no custom node
+    legacy_program.save("failures/dual_residual_traced_through.onnx")
+
+    dispatch = torch._C._dispatch_dump("cst_legacy::dual_residual")
+    print(" ", next(line for line in dispatch.splitlines() if "CompositeImplicitAutograd" in line))
+
+    traced = harness.show("failures/dual_residual_traced_through.onnx")
+    assert [n.op_type for n in traced.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
+    assert harness.opsets_of(traced) == {"": 18 if harness.TORCH < (2, 9) else 20}
+    assert "registered by RegisterOperators" in dispatch
 
 
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 # 7. Deploying a model with a custom-domain node
-# =============================================================================================
+# ---------------------------------------------------------------------------------------------
 
 
 def custom_nodes(path):
-    """Print what a runtime must provide to run PATH: each node outside the standard ONNX domains."""
+    """Print what a runtime must provide to run PATH: each node outside ONNX's own domains."""
     model_proto = onnx.load(path)
     versions = {opset.domain: opset.version for opset in model_proto.opset_import}
     for node in model_proto.graph.node:
-        if node.domain and node.domain.split(".")[:2] != ["ai", "onnx"]:  # "" and ai.onnx.* are ONNX's own
-            attributes = [f"{a.name}: {onnx.AttributeProto.AttributeType.Name(a.type)}" for a in node.attribute]
-            print(
-                f"  {path} needs {node.domain}::{node.op_type} version {versions[node.domain]}: "
-                f"{len(node.input)} inputs, {len(node.output)} outputs, attributes {', '.join(attributes)}"
-            )
+        if node.domain and node.domain.split(".")[:2] != ["ai", "onnx"]:  # not ai.onnx.*
+            attributes = [
+                f"{a.name}: {onnx.AttributeProto.AttributeType.Name(a.type)}"
+                for a in node.attribute
+            ]
+            op = f"{node.domain}::{node.op_type} version {versions[node.domain]}"
+            counts = f"{len(node.input)} inputs, {len(node.output)} outputs"
+            print(f"  {path} needs {op}:\n    {counts}, attributes {', '.join(attributes)}")
 
 
-def step7_deploy() -> None:
-    print("\n== 7. Deploying a model with a custom-domain node ==")
-    if TORCH < (2, 6):  # step 6, which writes dual_residual_dynamo.onnx, needs torch >= 2.6
+def step7_deploy():
+    """Deploying a model with a custom-domain node"""
+    if harness.TORCH < (2, 6):  # step 6, which writes dual_residual_dynamo.onnx, needs torch 2.6
         if not os.path.isfile("dual_residual.onnx"):
-            raise Skip("needs the model of step 3: dual_residual.onnx")
+            raise harness.Skip("needs the model of step 3: dual_residual.onnx")
         custom_nodes("dual_residual.onnx")
-        raise NeedsTorch("2.6", "the second model, dual_residual_dynamo.onnx, comes from step 6")
-    missing = [p for p in ["dual_residual.onnx", "dual_residual_dynamo.onnx"] if not os.path.isfile(p)]
+        why = "the second model, dual_residual_dynamo.onnx, comes from step 6"
+        raise harness.NeedsTorch("2.6", why)
+    models = ["dual_residual.onnx", "dual_residual_dynamo.onnx"]
+    missing = [path for path in models if not os.path.isfile(path)]
     if missing:
-        raise Skip(f"needs the models of steps 3 and 6: {', '.join(missing)}")
+        raise harness.Skip(f"needs the models of steps 3 and 6: {', '.join(missing)}")
     for path in ["dual_residual.onnx", "dual_residual_dynamo.onnx"]:
         custom_nodes(path)
 
 
-# FOLDER: every model this example writes, relative to --out: the ones it keeps (each checked and run
-# against PyTorch), by the step that writes them, and the failure demonstrations. main() removes them before
-# a run and refuses to claim PASS while --out holds any other .onnx file.
-KEPT = {
-    3: ("dual_residual_untyped.onnx", "dual_residual.onnx"),
-    6: ("dual_residual_dynamo.onnx",),  # needs torch >= 2.6
-}
-FAILURES = (
-    "failures/dual_residual.onnx",  # never written: the export fails (step 2)
-    "failures/foo.onnx",  # never written: the export fails (step 5)
-    "failures/foo_all_attributes.onnx",  # valid, but the Python test double cannot run it (step 5)
-    "failures/dual_residual_traced_through.onnx",  # right numbers, but no custom node (step 6)
-)
+# ---------------------------------------------------------------------------------------------
+
 STEPS = (
     step1_build,
     step2_reproduce,
@@ -548,387 +533,95 @@ STEPS = (
     step6_dynamo,
     step7_deploy,
 )
-
-
-
-# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
-# (what raises it, its cause in one line[, the step that fixes it when that is a later step than the one
-# that reproduces it]). recording() fails the run on an error not explained here.
+KEPT = {  # what each step writes and claims valid; failure demonstrations below
+    3: ("dual_residual_untyped.onnx", "dual_residual.onnx"),
+    6: ("dual_residual_dynamo.onnx",),
+}
+FAILURES = (
+    "failures/dual_residual.onnx",  # never written: the export fails (step 2)
+    "failures/foo.onnx",  # never written: the export fails (step 5)
+    "failures/foo_all_attributes.onnx",  # valid, but the Python stand-in cannot run it (step 5)
+    "failures/dual_residual_traced_through.onnx",  # right numbers, no custom node (step 6)
+)
+# For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
     "ONNX export failed on an operator with unrecognized namespace": (
         "dynamo=False",
-        "your C++ op (`cst::dual_residual`) has no symbolic: register one with `register_custom_op_symbolic`",
-        3,  # fixed in step 3
+        "your C++ op (`cst::dual_residual`) has no symbolic: register one with "
+        "`register_custom_op_symbolic`",
+        3,
     ),
     "rknn_cst:cstDualResidual(-1) is not a registered function/op": (
         "ONNX Runtime",
-        "the custom-domain node is meant for RKNN: ONNX Runtime has no kernel for it unless you register one",
+        "the custom-domain node is meant for RKNN: ONNX Runtime has no kernel for it unless you "
+        "register one",
     ),
     "unpack the ListConstruct node that is not a list of integers": (
         "dynamo=False",
-        '`parse_args("fs")` on an op registered with `torch::RegisterOperators`: the traced float list stays '
-        'a `prim::ListConstruct`; take it as `"v"` (or register the op with `TORCH_LIBRARY`)',
+        '`parse_args("fs")` on an op registered with `torch::RegisterOperators` (legacy): the '
+        'traced float list stays a `prim::ListConstruct`; take it as `"v"` (or register the op '
+        "with `TORCH_LIBRARY`)",
     ),
-    "UnsupportedOperatorException'>: cst_lib.dual_residual.default": (
+    "UnsupportedOperatorException'>: cst.dual_residual.default": (
         "dynamo=True",
-        "a `torch.library` op with no fake kernel: `torch.export` cannot trace it on fake tensors; add "
-        "`register_fake`",
+        "a `TORCH_LIBRARY` op with no fake kernel: `torch.export` cannot trace it on fake "
+        "tensors; add `torch.library.register_fake`",
     ),
-    "UnsupportedOperatorException: cst_lib.dual_residual.default": (
+    "UnsupportedOperatorException: cst.dual_residual.default": (
         "dynamo=True",
-        "`torch.export.export` (step 1 of `dynamo=True`) on a `torch.library` op with no fake kernel: add "
-        "`register_fake`",
+        "`torch.export.export` (step 1 of `dynamo=True`) on a `TORCH_LIBRARY` op with no fake "
+        "kernel: add `torch.library.register_fake`",
     ),
-    "No ONNX function found for <OpOverload(op='cst_lib.dual_residual'": (
+    NO_TRANSLATION: (
         "dynamo=True",
         "the custom op has no ONNX translation: `dynamo=True` ignores symbolics; give it a "
         "`custom_translation_table` entry",
     ),
     "No schema registered for 'cstDualResidual' version '1' and domain 'rknn_cst'": (
         "dynamo=True",
-        "an onnxscript translation writing a custom-domain op needs the op's schema: register an "
-        "`onnx.defs.OpSchema` first",
+        "`Opset(...).cstDualResidual` looks the node's schema up in ONNX's registry: build the "
+        "op with a local schema, `onnxscript.values.Op(opset, name, schema)`",
     ),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
-    globals()["expect_error"] = recording(expect_error)
-    args = parse_command_line(argv)
-    out = args.out.resolve()
-    owned = tuple(m for models in KEPT.values() for m in models) + FAILURES
-    problem = prepare_out(out, owned)
-    if problem:
-        print(f"FAIL: cannot write models under {out}: {problem}")
-        return 1
-    # FOLDER: quiet the libraries here (filter warnings/loggers that say nothing about the lesson).
-    # The README's own blocks filter the two messages this example meets on torch 2.14 ("No CUDA runtime is
-    # found" in step 1, the TorchScript exporter's deprecation warning in step 2), and the exporter's C++ output
-    # is captured and checked where a step meets it (steps 2, 3 and 5). torch 2.8 also logs a warning for each
-    # translation parameter without a type annotation (step 6's `x` and `y`, which are inputs either way).
-    logging.getLogger("torch.onnx._internal.exporter._schemas").addFilter(
-        lambda record: "Missing annotation for parameter" not in record.msg
-    )
-    skipped: list[str] = []
-    home = os.getcwd()
-    os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
-    try:
-        torch.manual_seed(0)
-        for number, step in enumerate(STEPS, start=1):
-            STEP_STATUS[number] = {"status": "runs", "why": ""}
-            CURRENT_STEP[0] = number
-            try:
-                step()
-            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
-                print(f"SKIP step {number}: {reason}")
-                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
-            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
-                print(f"SKIP step {number}: {reason}")
-                STEP_STATUS[number].update(status="skipped", why=str(reason))
-                skipped.append(f"step {number}: {reason}")
-            except BaseException:
-                STEP_STATUS[number].update(status="fails")
-                raise
-    except AssertionError as exc:
-        print(f"\nFAIL: {exc}")
-        return 1
-    except OSError as exc:
-        print(f"\nFAIL: cannot write models under {out}: {exc}")
-        return 1
-    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
-        print(f"\nFAIL: unexpected {type(exc).__name__}: {first_line(exc)}")
-        if VERBOSE:
-            traceback.print_exc(file=sys.stdout)
-        return 1
-    finally:
-        os.chdir(home)
-        summary_problem = write_step_summary(out)
-    if summary_problem:
-        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
-        return 1
-    foreign = foreign_models(out, owned)
-    if foreign:
-        print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
-        return 1
-    if skipped:
-        print(f"\nSKIP: {'; '.join(skipped)}")
-        return SKIP
-    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
-    missing = [m for n in ran for m in KEPT.get(n, ()) if not (out / m).is_file()]
-    if missing:
-        print(f"\nFAIL: these models were not written: {', '.join(missing)}")
-        return 1
-    print(f"\nPASS: every model in {out} checked and matched PyTorch in ONNX Runtime")
-    return 0
+    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
 
 
-# =============================================================================================
-# Helpers: safe to skip on a first read. The command line, the output folder, and the checks that
-# run around the lesson's code: the ONNX checker, ONNX Runtime against PyTorch, captured output.
-# =============================================================================================
-
-
-class Skip(Exception):
-    """Raised by a step that cannot run on this machine (no C++ compiler, ...): the reason is printed."""
-
-
-STEP_STATUS: dict[int, dict[str, str]] = {}
-CURRENT_STEP = [0]
-
-
-class NeedsTorch(Exception):
-    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
-
-    def __init__(self, version: str, why: str) -> None:
-        super().__init__(f"needs torch >= {version} ({why})")
-        self.version, self.why = version, why
-
-
-def differs(why: str) -> None:
-    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
-    print(f"  on torch {torch.__version__}: {why}")
-    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
-
-
-def ortx_problem() -> str:
-    """Why onnxruntime-extensions is unusable (not installed, or installed but failing to import), as a SKIP
-    reason: the page's import leaves only onnx_op = None."""
-    try:
-        import onnxruntime_extensions  # noqa: F401 - imported again only to read its error
-    except ImportError as error:
-        why = f"{type(error).__name__}: {error}"
-        return f"onnxruntime-extensions cannot be imported ({why}): pip install onnxruntime-extensions"
-    return "onnxruntime-extensions failed to import when the example started"
-
-
-def write_step_summary(out: pathlib.Path) -> str | None:
-    """DIR/steps.json: what each step did on this torch, for the version table in the top README. Returns why it
-    could not be written (an OSError: DIR full, steps.json a directory, ...), or None."""
-    import json
-
-    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
-    try:
-        (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    except OSError as exc:
-        return f"steps.json: {exc}"
-    return None
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
-    global VERBOSE
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out",
-        type=non_empty_path,
-        default=HERE / "output",
-        metavar="DIR",
-        help="write the models under DIR, failure demonstrations under DIR/failures (default: output/ here)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every exported graph in full")
-    args = parser.parse_args(argv)
-    VERBOSE = args.verbose
-    return args
-
-
-def non_empty_path(text: str) -> pathlib.Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty (it would write into the current directory)")
-    return pathlib.Path(text)
-
-
-def prepare_out(out: pathlib.Path, owned: tuple[str, ...]) -> str:
-    """Make DIR and DIR/failures and remove this example's models of an earlier run: '' or why it cannot."""
-    if out.exists() and not out.is_dir():
-        return "it exists and is not a directory"
-    try:
-        (out / "failures").mkdir(parents=True, exist_ok=True)
-        for name in owned:
-            (out / name).unlink(missing_ok=True)
-        for folder in (out, out / "failures"):
-            with tempfile.TemporaryFile(dir=folder):
-                pass  # can we write there?
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc.strerror or exc}"
-    return ""
-
-
-def foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
-    """The .onnx files in DIR and DIR/failures that this example did not write (it never deletes them)."""
-    found = [*out.glob("*.onnx"), *(out / "failures").glob("*.onnx")]
-    return sorted(p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned)
-
-
-def show(path: str | os.PathLike) -> onnx.ModelProto:
-    """The full ONNX checker, then one line: ops in order, opset imports, outputs (the whole graph with -v)."""
-    model = onnx.load(str(path))
-    onnx.checker.check_model(model, full_check=True)
-    ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
-    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
-    outputs = ", ".join(f"{o.name}: {type_text(o.type)}" for o in model.graph.output)
-    print(f"  {pathlib.PurePath(path).as_posix()}: {' '.join(ops)} | opsets {opsets} | {outputs}")
-    if VERBOSE:
-        print(textwrap.indent(onnx.printer.to_text(model.graph), "    "))
-    return model
-
-
-def type_text(value_type: onnx.TypeProto) -> str:
-    tensor = value_type.tensor_type
-    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
-    return f"{onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)}[{','.join(dims)}]"
-
-
-def run_ort(path, feeds: dict[str, np.ndarray], options: ort.SessionOptions | None = None) -> list[np.ndarray]:
-    session = ort.InferenceSession(str(path), options or ort.SessionOptions(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name: str, actual: np.ndarray, expected, rtol: float, atol: float) -> None:
-    """assert_allclose, then one line that names the model (and output) and the largest difference."""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected))) if expected.size else 0.0
-    print(f"  {name}: ONNX Runtime matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
-
-
-def flush_stdio():
-    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through C's stdout, which
-    is block-buffered when stdout is a file or a pipe, so text left in it would cross a redirect of the descriptors
-    (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes every C stream."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    ctypes.CDLL(None).fflush(None)
-
-
-@contextlib.contextmanager
-def captured(sink: list[str]):
-    """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
-    compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
-    flush_stdio()
-    saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        os.dup2(tmp.fileno(), 1)
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            flush_stdio()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            tmp.seek(0)
-            text = tmp.read().decode(errors="replace")
-            sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
-
-
-def ninja_problem() -> str:
-    """torch.utils.cpp_extension runs `ninja` from PATH. A venv used without activation has it only beside
-    its python, where activation would have put it on PATH: look there too. '' or what to do."""
-    import shutil
-    import sysconfig
-
-    scripts = sysconfig.get_path("scripts")
-    if shutil.which("ninja") is None and shutil.which("ninja", path=scripts):
-        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
-    if shutil.which("ninja") is None:
-        return f"ninja is not installed for {sys.executable}: run `{sys.executable} -m pip install ninja`"
-    return ""
-
-
-def build_problem() -> str:
-    """Why the C++ ops cannot be built here, or "" when they can."""
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        return f"no C++ compiler: {compiler!r} is not on PATH (install g++, or set CXX)"
-    if not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file():
-        return "no Python headers (Python.h): install your Python's development package"
-    return ninja_problem()
+# ---------------------------------------------------------------------------------------------
+# Test-only helpers
+# ---------------------------------------------------------------------------------------------
 
 
 def need_step1_ops() -> None:
     """Steps 2 to 6 use the ops step 1 builds: skip them, with the reason, when step 1 could not."""
     if not hasattr(torch.ops.cst, "dual_residual"):
-        raise Skip("needs the C++ ops of step 1")
+        raise harness.Skip("needs the C++ ops of step 1")
 
 
-def draft_export_fallback(text: str) -> None:
-    """Step 6 on torch 2.8: print the reproduced error, and show from the captured log that draft export ran."""
-    reproduced = [line for line in text.splitlines() if line.startswith("  reproduced")]
-    assert reproduced, f"expect_error printed nothing; the captured output was:\n{text}"
-    print("\n".join(reproduced))
-    report = "it was not able to soundly produce a graph"
-    cause = "operator(s) which do not have a fake kernel registered"
-    assert report in text and cause in text, f"no draft export report in:\n{text}"
-    print(f"  draft export logged: ... {report} ... {cause} ...")
+def held_back(text: str) -> str:
+    """Say which graph dumps of the exporter quiet() held back; return how that differs from
+    torch 2.5 to 2.14, which print the TorchScript graph only ('' when it does not)."""
+    dumps = [d for d in DUMPS if d in text]
+    if not dumps:
+        print("  the exporter printed no graph dump")
+        return "the failing export prints no graph dump"
+    shown = f"dump{'s' if len(dumps) > 1 else ''} {' and '.join(map(repr, dumps))}"
+    print(f"  held back (shown with -v): the exporter's {shown}")
+    return f"the failing export also prints {DUMPS[0]!r} and that graph" if len(dumps) > 1 else ""
 
 
-def replay(text: str, also: str) -> list[str]:
-    """Print the expect_error lines of captured output (and return them); the rest must be the known noise `also`
-    starts."""
-    reproduced = [line for line in text.splitlines() if line.startswith("  reproduced")]
-    assert reproduced, f"expect_error printed nothing; the captured output was:\n{text}"
-    print("\n".join(reproduced))
-    rest = "\n".join(line for line in text.splitlines() if line.strip() and line not in reproduced)
-    assert not rest or rest.startswith(also), f"unexpected output:\n{rest}"
-    return reproduced
-
-
-def recording(expect_error):
-    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
-    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
-    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
-    if getattr(expect_error, "records", False):
-        return expect_error
-
-    @contextlib.contextmanager
-    def recorded(expected):
-        printed: list[str] = []
-        saved = sys.stdout
-        sys.stdout = Tee(saved, printed)
-        try:
-            with expect_error(expected):
-                yield
-        finally:
-            sys.stdout = saved
-        record_reproduced(expected, "".join(printed))
-
-    recorded.records = True
-    return recorded
-
-
-class Tee:
-    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
-
-    def __init__(self, stream, kept: list[str]):
-        self.stream, self.kept = stream, kept
-
-    def write(self, text: str) -> int:
-        self.kept.append(text)
-        return self.stream.write(text)
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
-
-
-def record_reproduced(expected: str, printed: str) -> None:
-    step = CURRENT_STEP[0]
-    lines = printed.splitlines()
-    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
-    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
-    keys = [key for key in CAUSES if key in expected]
-    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
-    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
-    raised_by, cause, *fixed_in = CAUSES[keys[0]]  # a third element: the step that fixes it, when a later one
-    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
-    entry["fixed_in"] = fixed_in[0] if fixed_in else step
-    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
+@contextlib.contextmanager
+def echoed(sink: list[str]):
+    """Print what the code inside prints, and keep it in sink[0] to check a reproduced line."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            yield
+    finally:
+        sink.append(buffer.getvalue())
+        print(buffer.getvalue(), end="")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What register_pytorch_op/test.py writes: one custom node with two outputs, every attribute kind; and how it
-skips: without a compiler, without onnxruntime-extensions, with ninja only beside the interpreter, and on torch 2.4
+"""What register_pytorch_op/test.py writes: one custom node with two outputs from both exporters
+(the dynamo=True one through a local schema), every attribute kind; and how it skips: without a
+compiler, without onnxruntime-extensions, with ninja only beside the interpreter, and on torch 2.4
 (its version gates, run on the pinned torch)."""
 
 from __future__ import annotations
@@ -81,6 +82,31 @@ def test_typed_shaped_outputs(run):
     assert all(isinstance(d, str) for _, dims in untyped for d in dims)
 
 
+def test_without_output_names_the_outputs_are_numbered(run, tmp_path):
+    """README step 3: without output_names the TorchScript exporter names the two outputs 2 and 3
+    (the inputs take the names of forward's parameters)."""
+    proc = python(
+        """
+        import contextlib, io
+        import onnx, torch
+        import test as example
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            example.step1_build()
+        symbolic = example.dual_residual_symbolic
+        torch.onnx.register_custom_op_symbolic("cst::dual_residual", symbolic, 12)
+        inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+        model = example.DualResidualModel().eval()
+        torch.onnx.export(model, inputs, "unnamed.onnx", dynamo=False, opset_version=12)
+        graph = onnx.load("unnamed.onnx").graph
+        print("names:", [i.name for i in graph.input], [o.name for o in graph.output])
+        """,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "names: ['x', 'y'] ['2', '3']" in proc.stdout
+
+
 def test_torchscript_opsets(run):
     assert opsets(run.model("dual_residual.onnx")) == {"": 12, "rknn_cst": 1}
 
@@ -108,14 +134,70 @@ def test_build_is_announced_and_no_cuda_warning(run):
     assert "building the C++ extension: about a minute the first time, cached after" in run.output
     assert "  built " in run.output or "  reused the cached build " in run.output
     assert "No CUDA runtime" not in run.output
-    assert (
-        "Torch IR graph at exception" not in run.output
-    )  # the exporter's dump is captured and checked
+    # the exporter's graph dumps are held back, and said so; the dumps themselves are not printed
+    held_back = "  held back (shown with -v): the exporter's dump 'Torch IR graph at exception:'"
+    assert run.output.count(held_back) == 2  # steps 2 and 5
+    assert "Torch IR graph at exception: graph(" not in run.output
+    assert "graph(%x : Float(" not in run.output
+
+
+def test_dynamo_model_needs_no_global_schema(run):
+    """Step 6 writes the custom node with a local OpSchema: the file passes the full checker in a
+    process where no schema for rknn_cst::cstDualResidual is registered, and the fake kernel passed
+    every opcheck test."""
+    import onnx
+
+    assert not onnx.defs.has("cstDualResidual", "rknn_cst")
+    onnx.checker.check_model(run.model("dual_residual_dynamo.onnx"), full_check=True)
+    (line,) = [line for line in run.output.splitlines() if line.startswith("  opcheck: ")]
+    results = dict(item.split(": ") for item in line.removeprefix("  opcheck: ").split(", "))
+    assert "test_faketensor" in results and set(results.values()) == {"SUCCESS"}, line
+    assert "dual_residual_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)" in (
+        run.output
+    )
+
+
+def test_a_translation_op_needs_a_schema(run, tmp_path):
+    """README step 6: the exporter needs a schema for the op a translation calls; an
+    onnxscript.values.Op built without one fails with `OpSchema not found`."""
+    proc = python(
+        """
+        import contextlib, io
+        import onnxscript, torch
+        import test as example
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            example.step1_build()
+
+        @torch.library.register_fake("cst::dual_residual")
+        def _(x, y, alpha):
+            return torch.empty_like(x), torch.empty_like(y)
+
+        no_schema = onnxscript.values.Op(example.rknn_cst, "cstDualResidual")
+
+        def translation(x, y, alpha: float):
+            return no_schema(x, y, alpha=alpha)
+
+        table = {torch.ops.cst.dual_residual.default: translation}
+        inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+        model = example.DualResidualModel().eval()
+        try:
+            torch.onnx.export(model, inputs, dynamo=True, custom_translation_table=table)
+        except Exception as error:
+            while error is not None:  # the error and its causes, one a line
+                print(f"{type(error).__name__}: {error}")
+                error = error.__cause__
+        """,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ValueError: OpSchema not found for op 'cstDualResidual'." in proc.stdout, proc.stdout
 
 
 def test_tolerances_hold_over_seeds(run):
-    """README step 4: ORT with the Python kernel matches the C++ op exactly; step 5: the reference Foo is within
-    rtol=atol=1e-5 of foo_forward. Both over SEEDS inputs, on the models the run wrote."""
+    """README step 4 and 6: ONNX Runtime with the Python kernel matches the C++ op exactly, for the
+    three models; step 5: the reference Foo is within rtol=atol=1e-5 of foo_forward. Both over SEEDS
+    inputs, on the models the run wrote."""
     proc = python(
         f"""
         import contextlib, io
@@ -126,25 +208,27 @@ def test_tolerances_hold_over_seeds(run):
         with contextlib.redirect_stdout(io.StringIO()):
             example.step1_build()
             example.step4_run()  # registers the Python kernel
-        foo = ReferenceEvaluator(onnx.load("failures/foo_all_attributes.onnx"), new_ops=[example.Foo])
-        models = {{
-            "dual_residual.onnx": example.DualResidualModel().eval(),
-            "dual_residual_untyped.onnx": example.DualResidualModel().eval(),
-            "dual_residual_dynamo.onnx": example.DualResidualLibModel().eval(),
-        }}
+        foo_onnx = onnx.load("failures/foo_all_attributes.onnx")
+        foo = ReferenceEvaluator(foo_onnx, new_ops=[example.Foo])
+        model = example.DualResidualModel().eval()
+        paths = ["dual_residual.onnx", "dual_residual_untyped.onnx", "dual_residual_dynamo.onnx"]
+        sessions = {{path: example.ortx_session(path) for path in paths}}
         worst_foo = 0.0
         for seed in range({SEEDS}):
             torch.manual_seed(seed)
-            inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-            with contextlib.redirect_stdout(io.StringIO()) as printed:
-                for path, model in models.items():
-                    example.compare_in_ort(path, model, inputs, rtol=0, atol=0)  # exact
-            assert printed.getvalue().count("max abs diff 0.0e+00") == 6, printed.getvalue()
+            x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+            expected = [tensor.numpy() for tensor in model(x, y)]
+            for path, session in sessions.items():
+                actual = session.run(None, {{"x": x.numpy(), "y": y.numpy()}})
+                assert len(actual) == 2, path
+                for got, want in zip(actual, expected, strict=True):
+                    np.testing.assert_array_equal(got, want, err_msg=f"{{path}} seed {{seed}}")
             x, y = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
             (got,) = foo.run(None, {{"x": x.numpy(), "y": y.numpy()}})
             want = example.FooModel()(x, y).numpy()
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"seed {{seed}}")
-            worst_foo = max(worst_foo, float((np.abs(got - want) / (1e-5 + 1e-5 * np.abs(want))).max()))
+            share = np.abs(got - want) / (1e-5 + 1e-5 * np.abs(want))
+            worst_foo = max(worst_foo, float(share.max()))
         print(f"worst share of the Foo tolerance: {{worst_foo:.2f}}")
         """,
         cwd=run.out,
@@ -154,7 +238,8 @@ def test_tolerances_hold_over_seeds(run):
 
 
 def test_ninja_beside_the_interpreter_is_found(tmp_path):
-    """A venv used without activation (python called by path) has ninja only in its bin/: not a SKIP."""
+    """A venv used without activation (python called by path) has ninja only in its bin/: not a
+    SKIP."""
     scripts = sysconfig.get_path("scripts")
     if not os.path.isfile(os.path.join(scripts, "ninja")):
         pytest.skip(f"no ninja in {scripts}")
@@ -166,7 +251,7 @@ def test_ninja_beside_the_interpreter_is_found(tmp_path):
         import shutil
         assert shutil.which("ninja") is None
         import test as example
-        print("problem:", repr(example.build_problem()))
+        print("problem:", repr(example.harness.build_problem()))
         print("ninja:", shutil.which("ninja"))
         """,
         cwd=tmp_path,
@@ -197,7 +282,8 @@ def test_without_a_compiler_it_skips_with_the_reason(tmp_path):
 
 
 def test_without_onnxruntime_extensions_only_steps_4_and_6_skip(run, tmp_path):
-    """A missing optional package: the other steps still run and check their models; exit 77 names 4 and 6."""
+    """A missing optional package: the other steps still run and check their models; exit 77 names
+    4 and 6."""
     shadow = tmp_path / "shadow" / "onnxruntime_extensions"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text(
@@ -214,8 +300,8 @@ def test_without_onnxruntime_extensions_only_steps_4_and_6_skip(run, tmp_path):
     )
     assert proc.returncode == 77, proc.stdout[-3000:] + proc.stderr[-3000:]
     skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIP step")]
-    reason = "onnxruntime-extensions cannot be imported (ImportError: onnxruntime_extensions hidden by the test)"
-    reason += ": pip install onnxruntime-extensions"
+    reason = "onnxruntime-extensions cannot be imported (ImportError: onnxruntime_extensions "
+    reason += "hidden by the test): pip install onnxruntime-extensions"
     assert skips == [f"SKIP step 4: {reason}", f"SKIP step 6: {reason}"]
     for model in [
         "dual_residual.onnx",
@@ -229,15 +315,15 @@ def test_without_onnxruntime_extensions_only_steps_4_and_6_skip(run, tmp_path):
 
 
 def test_torch_2_4_gates_steps_6_and_7(run, tmp_path):
-    """On the pinned torch, with TORCH set to torch 2.4's (2, 4): steps 6 and 7 print `SKIP step N: needs torch >= 2.6`
-    before any dynamo=True export, the example still passes, and steps.json records it. (The real 2.4 stack runs in
-    run_stacks.py, not here.)"""
+    """On the pinned torch, with harness.TORCH set to torch 2.4's (2, 4): steps 6 and 7 print
+    `SKIP step N: needs torch >= 2.6` before any dynamo=True export, the example still passes, and
+    steps.json records it. (The real 2.4 stack runs in run_stacks.py, not here.)"""
     out = tmp_path / "out"
     proc = python(
         f"""
         import sys
         import test as example
-        example.TORCH = (2, 4)
+        example.harness.TORCH = (2, 4)
         sys.exit(example.main(["--out", {str(out)!r}]))
         """,
         cwd=tmp_path,
@@ -245,9 +331,10 @@ def test_torch_2_4_gates_steps_6_and_7(run, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIP step")]
     assert skips == [
-        "SKIP step 6: needs torch >= 2.6 (custom_translation_table came with 2.6; on 2.4, dynamo=True is the old"
-        " torch.onnx.dynamo_export)",
-        "SKIP step 7: needs torch >= 2.6 (the second model, dual_residual_dynamo.onnx, comes from step 6)",
+        "SKIP step 6: needs torch >= 2.6 (custom_translation_table came with 2.6; on 2.4, "
+        "dynamo=True is the old torch.onnx.dynamo_export)",
+        "SKIP step 7: needs torch >= 2.6 (the second model, dual_residual_dynamo.onnx, comes from "
+        "step 6)",
     ]
     assert "exporting with dynamo=True" not in proc.stdout
     assert (
