@@ -801,8 +801,9 @@ CAUSES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv,
-                       passed=PASSED)  # fmt: skip
+    return harness.run(
+        __file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv, passed=PASSED
+    )
 
 
 if __name__ == "__main__":
