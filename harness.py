@@ -132,8 +132,7 @@ def run(
         if after is not None:
             try:
                 after(out)
-            except Skip as reason:
-                print(f"SKIP: {reason}")
+            except Skip as reason:  # printed once, as the run's last line
                 skipped.append(str(reason))
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
