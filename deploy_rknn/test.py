@@ -1,98 +1,61 @@
-"""Deploy the rknn_cst custom nodes with RKNN-Toolkit2: convert them and run them in its simulator, no board.
+"""Deploy the rknn_cst custom nodes with RKNN-Toolkit2: convert them, run them in its simulator.
 
 Run: python test.py [--out DIR] [-v] [--seed N]
 
-One file, two halves, two Python environments. The FIRST HALF (steps 1-3) runs here, in the main
-environment: it exports the models (Threshold as one rknn_cst::cstThreshold node, the two-output
-rknn_cst::cstDualResidual, Conv -> cstThreshold -> Conv, ONNX DeformConv) with dynamo=False and
-dynamo=True, each with its inputs and PyTorch's outputs saved beside it as .npy. The SECOND HALF
-(steps 4-8) needs RKNN-Toolkit2, whose pins (torch<=2.4.0, numpy<=1.26.4, onnx<=1.18.0) cannot share
-the main environment: test.py starts itself again under the RKNN interpreter with a hidden flag,
-and that process registers a Python class per custom op, builds, exports the .rknn files, runs them
-in the simulator against the saved outputs, and reproduces each failure the README explains.
-
-The RKNN interpreter is $RKNN_PYTHON if set, else .venv-rknn/bin/python at the repository root (the
-README's setup command creates it). Without it, steps 4-8 are skipped (exit 77) with that command.
-
-The first half runs on torch 2.4.1, 2.8.0 and 2.14.1 (the README's "Versions"); the second half reads the
-first half's DIR/steps.json to know which models step 3 wrote, and its steps' statuses (in rknn_results.json)
-are folded back into DIR/steps.json, which covers steps 1-8.
+Steps 1-3 run here, in the main environment: they export the models with dynamo=False and
+dynamo=True, each with its inputs and PyTorch's outputs beside it as .npy files. Steps 4-8 need
+RKNN-Toolkit2, whose pins (torch<=2.4.0, numpy<=1.26.4, onnx<=1.18.0) cannot share it: test.py
+starts itself again under $RKNN_PYTHON, else ../.venv-rknn/bin/python, with a hidden flag, and
+folds that half's step statuses into DIR/steps.json; without that interpreter they are skipped
+(exit 77) with the command that creates it. Every python block of README.md is in this file (the
+page's helper in ../harness.py); the lines around them are the checks.
 """
 
-import argparse
 import contextlib
-import ctypes
+import glob
 import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-import traceback
-import warnings
 
-SECOND_HALF_FLAG = "--rknn-half"  # hidden: the first half starts this file again with it, in the RKNN environment
-SECOND_HALF = SECOND_HALF_FLAG in sys.argv[1:]
+import numpy as np
 
-if not SECOND_HALF:  # the first half's imports: the README's first block (the main environment)
-    import os
+RKNN_HALF = "--rknn-half"  # hidden: the first half starts this file again with it, in RKNN's venv
+IN_RKNN = RKNN_HALF in sys.argv[1:]
 
-    import numpy as np
+if IN_RKNN:  # the second page script's imports (README: "In the RKNN environment")
+    from rknn.api import RKNN
+    from rknn.api.custom_op import get_node_attr
+else:  # the first page script's imports (the main environment)
     import onnx
+    import onnxruntime as ort
     import onnxscript
     import torch
     import torchvision
     from torch.onnx import register_custom_op_symbolic
     from torch.onnx.symbolic_helper import parse_args
 
-    # The exporting torch, read once: steps 1-3 run on 2.4.1, 2.8.0 and 2.14.1 (the README's "Versions").
-    TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
-    TORCH_VERSION = torch.__version__.split("+")[0]
-else:  # the second half's imports: the first block under "In the RKNN environment"
-    import contextlib
-    import glob
-    import os
-    import re
+    try:  # step 3 runs the custom nodes in ONNX Runtime with Python stand-in kernels
+        from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+    except ImportError:  # step 3 says what to install (harness.ortx_problem)
+        onnx_op = None
 
-    import numpy as np
-    from rknn.api import RKNN
-    from rknn.api.custom_op import get_node_attr
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # noqa: E402
+from harness import assert_onnx_program, expect_error  # noqa: E402
 
-    TORCH_VERSION = ""  # the torch that exported the models: second_half() reads it from the first half's steps.json
+MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
 
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error's first line and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", next(line for line in lines if expected in line))
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-# =============================================================================================
-# FIRST HALF: the main environment (torch 2.14.1). Steps 1-3 of the README.
-# =============================================================================================
+# 1. The models ----------------------------------------------------------------------------------
 
 
 def save_case(path, model, inputs):
-    """Save the inputs and PyTorch's outputs beside the model: NAME_input_I.npy, NAME_output_I.npy."""
+    """Save the inputs and PyTorch's outputs beside the model, NAME_input_I.npy and
+    NAME_output_I.npy: what the RKNN half checks the converted model against."""
     stem = os.path.splitext(path)[0]
     with torch.no_grad():
         outputs = model(*inputs)
@@ -104,19 +67,21 @@ def save_case(path, model, inputs):
 
 
 def print_nodes(path):
-    """One line per written file: its nodes (domain.op_type) and its opset imports, in the file's order."""
+    """One line per file: its nodes (domain.op_type), its opset imports in the file's order."""
     model = onnx.load(path)
-    nodes = " ".join(f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node)
-    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
-    print(f"  {path}: {nodes} | opsets {opsets}")
+    nodes = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
+    opsets = [f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import]
+    print(f"  {path}: {' '.join(nodes)} | opsets {', '.join(opsets)}")
 
 
 def step1_models():
-    print("\n== 1. The models (PyTorch) ==")
+    """The models (PyTorch)"""
 
-    # cst::dual_residual as a custom op written in Python: no C++ to build (register_pytorch_op/ builds it in C++).
+    # cst::dual_residual as a custom op in Python: no C++ to build (register_pytorch_op/ has C++).
     @torch.library.custom_op("cst::dual_residual", mutates_args=())
-    def dual_residual_op(x: torch.Tensor, y: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def dual_residual_op(
+        x: torch.Tensor, y: torch.Tensor, alpha: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return x * alpha - y, y * alpha - x
 
     @dual_residual_op.register_fake  # the output shapes, for torch.export (dynamo=True)
@@ -132,7 +97,7 @@ def step1_models():
             return torch.ops.cst.dual_residual(x, y, self.alpha)
 
     class ConvThresholdConv(torch.nn.Module):
-        """The custom node between two layers the NPU runs. value == threshold keeps it continuous (see step 6)."""
+        """The custom node between two layers the NPU runs. value == threshold: no jump (step 6)."""
 
         def __init__(self):
             super().__init__()
@@ -144,58 +109,62 @@ def step1_models():
             return self.conv2(self.threshold(self.conv1(x)))
 
     class DeformConvNet(torch.nn.Module):
-        """A deformable convolution whose sampling offsets a plain convolution predicts: ONNX DeformConv."""
+        """A deformable convolution, its sampling offsets from a convolution: ONNX DeformConv."""
 
         def __init__(self):
             super().__init__()
-            self.offset = torch.nn.Conv2d(3, 18, 3, padding=1)  # an (x, y) offset for each of the 3x3 taps
+            self.offset = torch.nn.Conv2d(3, 18, 3, padding=1)  # an (x, y) offset per 3x3 tap
             self.deform = torchvision.ops.DeformConv2d(3, 4, 3, padding=1)
 
         def forward(self, x):
             return self.deform(x, self.offset(x))
 
     torch.manual_seed(0)
-    x, y = torch.randn(1, 3, 10, 10), torch.randn(1, 3, 10, 10)  # NCHW, as RKNN's inference(data_format="nchw")
+    x, y = torch.randn(1, 3, 10, 10), torch.randn(1, 3, 10, 10)  # NCHW, as RKNN's inference takes
     threshold_model = torch.nn.Threshold(0.1, 20.0).eval()  # y = x if x > 0.1 else 20
     dual_residual_model = DualResidual(alpha=0.5).eval()
     conv_model = ConvThresholdConv().eval()
     deform_model = DeformConvNet().eval()
+    torch.library.opcheck(dual_residual_op, (x, y, 0.5))  # the fake kernel against the real op
 
     # Threshold after an identity 1x1 convolution, and an input right above the threshold (step 6).
-    edge_model = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1, bias=False), torch.nn.Threshold(0.1, 20.0)).eval()
+    edge_model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 3, 1, bias=False), torch.nn.Threshold(0.1, 20.0)
+    ).eval()
     torch.nn.init.dirac_(edge_model[0].weight)  # the identity: the convolution returns its input
-    edge = torch.full((1, 3, 10, 10), 0.100004)  # above 0.1 in float32; float16 rounds it to 0.0999756
+    edge = torch.full((1, 3, 10, 10), 0.100004)  # > 0.1 in float32; float16 rounds it to 0.09998
 
-    if SEED[0]:  # --seed N: the same draws as the block above (x, y, then the two models' weights), from seed N
-        torch.manual_seed(SEED[0])
+    if harness.OPTIONS.seed:  # --seed N: the block's draws (x, y, then the weights) from seed N
+        torch.manual_seed(harness.OPTIONS.seed)
         x, y = torch.randn(1, 3, 10, 10), torch.randn(1, 3, 10, 10)
-        conv_model = ConvThresholdConv().eval()
-        deform_model = DeformConvNet().eval()
-        print(f"  --seed {SEED[0]}: x, y and the weights of conv_model and deform_model drawn from seed {SEED[0]}")
-
-    # The checks around the lesson: the custom op computes what it says, on the CPU, in float32.
-    a, b = dual_residual_model(x, y)
-    torch.testing.assert_close((a, b), (x * 0.5 - y, y * 0.5 - x))
-    print(f"  {torch.ops.cst.dual_residual.default._schema} (a torch.library custom op in Python)")
-    print("  threshold_model, dual_residual_model, conv_model, deform_model; inputs x, y of shape [1, 3, 10, 10]")
+        conv_model, deform_model = ConvThresholdConv().eval(), DeformConvNet().eval()
+        print(f"  --seed {harness.OPTIONS.seed}: x, y and the weights drawn from that seed")
+    torch.testing.assert_close(dual_residual_model(x, y), (x * 0.5 - y, y * 0.5 - x))
     torch.testing.assert_close(edge_model(edge), edge)
-    MODELS[:] = [x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge]
+    schema = torch.ops.cst.dual_residual.default._schema
+    print(f"  {schema} (torch.library.custom_op; opcheck passed)")
+    print("  threshold_model, dual_residual_model, conv_model, deform_model; x, y: [1, 3, 10, 10]")
+    MODELS[:] = [x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model]
+    MODELS.append(edge)
 
 
-def step2_export_torchscript() -> None:
-    print("\n== 2. Export with dynamo=False (the TorchScript-based exporter) ==")
-    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS  # step 1's
+# 2. Export with dynamo=False --------------------------------------------------------------------
+
+
+def step2_export_torchscript():
+    """Export with dynamo=False (the TorchScript-based exporter)"""
+    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS
 
     @parse_args("v", "f", "f")
     def threshold_symbolic(g, x, threshold, value):
-        # register_onnx_symbolic/ step 1: one node, the two scalars as FLOAT attributes, the output typed.
+        # register_onnx_symbolic/ step 1: one node, the scalars as FLOAT attributes, typed output.
         out = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
         out.setType(x.type())
         return out
 
     @parse_args("v", "v", "f")
     def dual_residual_symbolic(g, x, y, alpha):
-        # register_pytorch_op/ step 3: outputs=2 makes g.op return one Value per output, each typed.
+        # register_pytorch_op/ step 3: outputs=2 makes g.op return one Value per output.
         out_x, out_y = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
         out_x.setType(x.type())
         out_y.setType(y.type())
@@ -203,7 +172,8 @@ def step2_export_torchscript() -> None:
 
     @parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
     def deform_conv2d_symbolic(
-        g, x, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, offset_group, use_mask
+        g, x, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+        groups, offset_group, use_mask,
     ):
         # register_onnx_symbolic/ step 6: ONNX DeformConv (opset 19) takes X, W, offset, B, mask.
         inputs = [x, weight, offset, bias] + ([mask] if use_mask else [])
@@ -221,178 +191,171 @@ def step2_export_torchscript() -> None:
     register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
     register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
 
-    log: list[str] = []
-    with captured(log):  # the exporter's DeprecationWarning for dynamo=False, once per call
-        # opset 19: ONNX has DeformConv since 19, and 19 is the newest opset RKNN-Toolkit2 2.5.0 reads.
+    unused = "Custom opset domain: 'rknn_cst' provided is not used in the model"
+    with harness.quiet(unused):  # deform_conv.onnx has no rknn_cst node: the exporter warns
+        # opset 19: ONNX has DeformConv since 19, and RKNN-Toolkit2 2.5.0 reads up to 19.
         for path, model, inputs in [
             ("threshold.onnx", threshold_model, (x,)),
             ("dual_residual.onnx", dual_residual_model, (x, y)),
             ("conv_threshold.onnx", conv_model, (x,)),
             ("deform_conv.onnx", deform_model, (x,)),
         ]:
-            torch.onnx.export(model, inputs, path, dynamo=False, opset_version=19, custom_opsets={"rknn_cst": 1})
+            torch.onnx.export(
+                model, inputs, path, dynamo=False, opset_version=19, custom_opsets={"rknn_cst": 1}
+            )
             save_case(path, model, inputs)
             print_nodes(path)
 
         os.makedirs("failures", exist_ok=True)
+        path = "failures/identity_conv_threshold.onnx"
         torch.onnx.export(
-            edge_model,
-            (edge,),
-            "failures/identity_conv_threshold.onnx",
-            dynamo=False,
-            opset_version=19,
-            custom_opsets={"rknn_cst": 1},
+            edge_model, (edge,), path, dynamo=False, opset_version=19, custom_opsets={"rknn_cst": 1}
         )
-        save_case("failures/identity_conv_threshold.onnx", edge_model, (edge,))
-        print_nodes("failures/identity_conv_threshold.onnx")
-    verbose_log(log)
-    assert "Traceback" not in log[0], log[0]
+        save_case(path, edge_model, (edge,))
+        print_nodes(path)
 
-    expected_ops = {
-        "threshold.onnx": ["rknn_cst.cstThreshold"],
-        "dual_residual.onnx": ["rknn_cst.cstDualResidual"],
-        "conv_threshold.onnx": ["Conv", "rknn_cst.cstThreshold", "Conv"],
-        "deform_conv.onnx": ["Conv", "DeformConv"],
-    }
-    for path, ops in expected_ops.items():
-        model = show(path)
-        assert op_list(model) == ops, (path, op_list(model))
-        assert model.opset_import[0].domain == "" and model.opset_import[0].version == 19, model.opset_import
-        assert nodes_line(path, model) + "\n" in log[0], f"the page's print_nodes({path!r}) printed no line"
-    assert "  failures/identity_conv_threshold.onnx: Conv rknn_cst.cstThreshold | opsets" in log[0], log[0]
-    assert node_attributes("threshold.onnx", "cstThreshold") == {"threshold": 0.1, "value": 20.0}
-    assert node_attributes("dual_residual.onnx", "cstDualResidual") == {"alpha": 0.5}
-    assert node_attributes("conv_threshold.onnx", "cstThreshold") == {"threshold": 0.1, "value": 0.1}
-    print("  saved beside each: NAME_input_I.npy (the inputs) and NAME_output_I.npy (PyTorch's outputs)")
+    check_models("")
+    assert harness.op_types(path) == ["Conv", "rknn_cst.cstThreshold"], path
+    assert node_attributes("threshold.onnx") == {"threshold": 0.1, "value": 20.0}
+    assert node_attributes("dual_residual.onnx") == {"alpha": 0.5}
+    assert node_attributes("conv_threshold.onnx") == {"threshold": 0.1, "value": 0.1}
+    print(f"  each passes onnx.checker; the exporter warned: {unused}")
 
 
-def step3_export_dynamo() -> None:
-    print("\n== 3. Export with dynamo=True (the torch.export-based exporter) ==")
-    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS  # step 1's
+# 3. Export with dynamo=True, the way RKNN can read it -------------------------------------------
 
-    def register_rknn_schema(op_type, inputs, outputs, attributes):
-        """onnxscript looks custom ops up in ONNX's schema registry (register_onnx_symbolic/ step 7)."""
-        schema = onnx.defs.OpSchema(
-            op_type,
-            "rknn_cst",
-            1,
-            inputs=[onnx.defs.OpSchema.FormalParameter(name, "T") for name in inputs],
-            outputs=[onnx.defs.OpSchema.FormalParameter(name, "T") for name in outputs],
-            type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
-            attributes=[onnx.defs.OpSchema.Attribute(a, onnx.defs.OpSchema.AttrType.FLOAT, a) for a in attributes],
-        )
-        onnx.defs.register_schema(schema)
 
-    register_rknn_schema("cstThreshold", ["X"], ["Y"], ["threshold", "value"])
-    register_rknn_schema("cstDualResidual", ["X", "Y"], ["X_res", "Y_res"], ["alpha"])
+def rknn_schema(op_type, inputs, outputs, attributes):
+    """A local schema of a rknn_cst op (float tensors in and out, float attributes): what
+    onnxscript needs to write the node. Never registered with ONNX: nothing global changes."""
+    return onnx.defs.OpSchema(
+        op_type, "rknn_cst", 1,
+        inputs=[onnx.defs.OpSchema.FormalParameter(name, "T") for name in inputs],
+        outputs=[onnx.defs.OpSchema.FormalParameter(name, "T") for name in outputs],
+        type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
+        attributes=[
+            onnx.defs.OpSchema.Attribute(name, onnx.defs.OpSchema.AttrType.FLOAT, name)
+            for name in attributes
+        ],
+    )
+
+
+def default_domain_first(path):
+    """RKNN-Toolkit2 2.5.0 takes the first opset import for the model's: standard one first."""
+    model = onnx.load(path)
+    ordered = sorted(model.opset_import, key=lambda opset: opset.domain != "")  # "": standard
+    del model.opset_import[:]
+    model.opset_import.extend(ordered)
+    onnx.save(model, path)
+
+
+@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+def step3_export_dynamo():
+    """Export with dynamo=True (the torch.export-based exporter), the way RKNN can read it"""
+    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
 
     rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
+    cst_threshold = onnxscript.values.Op(
+        rknn_cst, "cstThreshold", rknn_schema("cstThreshold", ["X"], ["Y"], ["threshold", "value"])
+    )
+    cst_dual_residual = onnxscript.values.Op(
+        rknn_cst,
+        "cstDualResidual",
+        rknn_schema("cstDualResidual", ["X", "Y"], ["X_res", "Y_res"], ["alpha"]),
+    )
 
     def threshold_translation(self, threshold: float, value: float):
-        # `self`, as in the ATen schema threshold(Tensor self, ...): torch 2.8 matches translations by name.
-        return rknn_cst.cstThreshold(self, threshold=threshold, value=value)
+        # `self`, as in the ATen schema threshold(Tensor self, ...): torch 2.8 matches by name.
+        return cst_threshold(self, threshold=threshold, value=value)
 
     def dual_residual_translation(x, y, alpha: float):
-        return rknn_cst.cstDualResidual(x, y, alpha=alpha)
+        return cst_dual_residual(x, y, alpha=alpha)
 
     translations = {
         torch.ops.aten.threshold.default: threshold_translation,
         torch.ops.cst.dual_residual.default: dual_residual_translation,
     }
-    if TORCH < (2, 6):
-        raise NeedsTorch(
-            "2.6", "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old torch.onnx.dynamo_export"
-        )
 
-    def default_domain_first(path):
-        """RKNN-Toolkit2 2.5.0 takes the first opset import for the model's opset: list the standard domain first."""
-        model = onnx.load(path)
-        ordered = sorted(model.opset_import, key=lambda opset: opset.domain != "")  # "": the standard domain
-        del model.opset_import[:]
-        model.opset_import.extend(ordered)
-        onnx.save(model, path)
+    # ONNX Runtime has no kernel for the rknn_cst nodes. Python stand-ins (onnxruntime-extensions),
+    # the formulas of step 5's RKNN classes, let assert_onnx_program run the exported programs.
+    @onnx_op(
+        op_type="rknn_cst::cstThreshold",
+        inputs=[PyCustomOpDef.dt_float],
+        outputs=[PyCustomOpDef.dt_float],
+        attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
+    )
+    def cst_threshold_kernel(x, threshold, value):
+        return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
 
-    log: list[str] = []
-    with captured(log):
-        for path, model, inputs in [
-            ("threshold_dynamo.onnx", threshold_model, (x,)),
-            ("dual_residual_dynamo.onnx", dual_residual_model, (x, y)),
-            ("conv_threshold_dynamo.onnx", conv_model, (x,)),
-            ("deform_conv_dynamo.onnx", deform_model, (x,)),  # torch.export knows deform_conv2d: nothing to register
-        ]:
-            onnx_program = torch.onnx.export(
-                model, inputs, dynamo=True, opset_version=19, verbose=False, custom_translation_table=translations
-            )
-            onnx_program.save(path)
-            default_domain_first(path)
-            save_case(path, model, inputs)
-            print_nodes(path)
+    @onnx_op(
+        op_type="rknn_cst::cstDualResidual",
+        inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+        outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+        attrs={"alpha": PyCustomOpDef.dt_float},
+    )
+    def cst_dual_residual_kernel(x, y, alpha):
+        alpha = np.float32(alpha)
+        return x * alpha - y, y * alpha - x
 
-        # Without opset_version, dynamo=True writes opset 20, which RKNN-Toolkit2 2.5.0 refuses (step 8).
+    def session_with_stand_ins(model):
+        """ONNX Runtime's session for an exported program, with the kernels above registered."""
+        options = ort.SessionOptions()
+        options.register_custom_ops_library(get_library_path())
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+    for path, model, inputs in [
+        ("threshold_dynamo.onnx", threshold_model, (x,)),
+        ("dual_residual_dynamo.onnx", dual_residual_model, (x, y)),
+        ("conv_threshold_dynamo.onnx", conv_model, (x,)),
+        ("deform_conv_dynamo.onnx", deform_model, (x,)),  # torch.export knows deform_conv2d
+    ]:
         onnx_program = torch.onnx.export(
-            conv_model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
+            model, inputs, dynamo=True, opset_version=19, verbose=False,
+            custom_translation_table=translations,
         )
-        onnx_program.save("failures/conv_threshold_opset20.onnx")
-        print_nodes("failures/conv_threshold_opset20.onnx")
-        # Without default_domain_first: rknn_cst comes first in the opset imports, and RKNN's build fails (step 8).
-        onnx_program = torch.onnx.export(
-            threshold_model, (x,), dynamo=True, opset_version=19, verbose=False, custom_translation_table=translations
+        onnx_program.initialize_inference_session(session_with_stand_ins)
+        assert_onnx_program(onnx_program, rtol=1.3e-6, atol=1e-5)  # ONNX Runtime vs PyTorch
+        onnx_program.save(path)
+        default_domain_first(path)
+        save_case(path, model, inputs)
+        print_nodes(path)
+
+    # Without opset_version: torch >= 2.9 writes opset 20, which RKNN-Toolkit2 2.5.0 refuses.
+    onnx_program = torch.onnx.export(
+        conv_model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
+    )
+    if harness.TORCH < (2, 9):  # the default was 18, which RKNN reads: write step 8's file at 20
+        harness.differs("dynamo=True writes opset 18 by default (20 from 2.9): the trap file is 20")
+        assert harness.opsets_of(onnx_program.model_proto)[""] == 18
+        onnx_program = torch.onnx.export(  # as torch >= 2.9 writes it by default
+            conv_model, (x,), dynamo=True, opset_version=20, verbose=False,
+            custom_translation_table=translations,
         )
-        onnx_program.save("failures/threshold_custom_domain_first.onnx")
-        print_nodes("failures/threshold_custom_domain_first.onnx")
+    onnx_program.save("failures/conv_threshold_opset20.onnx")
+    print_nodes("failures/conv_threshold_opset20.onnx")
+    # Without default_domain_first: rknn_cst is listed first, and RKNN's build() fails (step 8).
+    onnx_program = torch.onnx.export(
+        threshold_model, (x,), dynamo=True, opset_version=19, verbose=False,
+        custom_translation_table=translations,
+    )
+    onnx_program.save("failures/threshold_custom_domain_first.onnx")
+    print_nodes("failures/threshold_custom_domain_first.onnx")
 
-        if TORCH < (2, 9):  # before 2.9, dynamo=True defaults to opset 18, which RKNN reads: no trap to show
-            written = onnx.load("failures/conv_threshold_opset20.onnx")
-            assert {o.domain: o.version for o in written.opset_import}[""] == 18, written.opset_import
-            onnx_program = torch.onnx.export(  # step 8's file, at the opset torch 2.9 and later write by default
-                conv_model, (x,), dynamo=True, opset_version=20, verbose=False, custom_translation_table=translations
-            )
-            onnx_program.save("failures/conv_threshold_opset20.onnx")
-            # Before 2.9 a failed torch.export falls back to draft export, silently: prove it did not.
-            for model, inputs in [
-                (threshold_model, (x,)),
-                (dual_residual_model, (x, y)),
-                (conv_model, (x,)),
-                (deform_model, (x,)),
-            ]:
-                torch.export.export(model, inputs, strict=False)  # raises if the ONNX export above was a draft
-    verbose_log(log)
-    assert "Traceback" not in log[0], log[0]
-    if TORCH < (2, 9):
-        differs(
-            "dynamo=True writes opset 18 by default (20 since 2.9), which RKNN reads, so step 8's file is exported "
-            "with opset_version=20; torch.export.export(strict=False) takes all four models: none is a draft export"
-        )
-
-    expected_ops = {
-        "threshold_dynamo.onnx": ["rknn_cst.cstThreshold"],
-        "dual_residual_dynamo.onnx": ["rknn_cst.cstDualResidual"],
-        "conv_threshold_dynamo.onnx": ["Conv", "rknn_cst.cstThreshold", "Conv"],
-        "deform_conv_dynamo.onnx": ["Conv", "DeformConv"],
-    }
-    for path, ops in expected_ops.items():
-        model = show(path)
-        assert op_list(model) == ops, (path, op_list(model))
-        assert (model.opset_import[0].domain, model.opset_import[0].version) == ("", 19), model.opset_import
-        assert nodes_line(path, model) + "\n" in log[0], f"the page's print_nodes({path!r}) printed no line"
-    assert node_attributes("threshold_dynamo.onnx", "cstThreshold") == {"threshold": 0.1, "value": 20.0}
-    assert node_attributes("dual_residual_dynamo.onnx", "cstDualResidual") == {"alpha": 0.5}
-
-    for path in FAILURES[1:]:
-        model = onnx.load(path)
-        print(f"  {path}: opset imports {opset_text(model)} (step 8 shows what RKNN says)")
-        assert f"  {path}: " in log[0], f"the page's print_nodes({path!r}) printed no line"  # before 2.9: opset 18
-    assert opset_text(onnx.load("failures/conv_threshold_opset20.onnx")).startswith("ai.onnx 20")
-    assert opset_text(onnx.load("failures/threshold_custom_domain_first.onnx")).startswith("rknn_cst 1")
+    check_models("_dynamo")
+    assert node_attributes("threshold_dynamo.onnx") == {"threshold": 0.1, "value": 20.0}
+    assert node_attributes("dual_residual_dynamo.onnx") == {"alpha": 0.5}
+    assert not onnx.defs.has("cstThreshold", "rknn_cst"), "a schema leaked into ONNX's registry"
+    assert harness.opsets_of(onnx.load("failures/conv_threshold_opset20.onnx"))[""] == 20
+    assert first_opset("failures/threshold_custom_domain_first.onnx") == ("rknn_cst", 1)
+    print("  each matched PyTorch in ONNX Runtime; no rknn_cst schema registered with ONNX")
 
 
-# =============================================================================================
-# SECOND HALF: the RKNN environment (rknn-toolkit2 2.5.0, torch 2.4.0). Steps 4-8 of the README.
-# test.py runs these in a second process: `RKNN_PYTHON test.py --rknn-half --out DIR`.
-# =============================================================================================
+# In the RKNN environment (rknn-toolkit2 2.5.0, torch 2.4.0): steps 4-8, a second process ====
 
 
-class cstThreshold:  # noqa: N801 - RKNN matches the class to the node by op_type; the vendor names them so
+class cstThreshold:  # noqa: N801 - named as the vendor names them (RKNN matches by op_type)
     """The simulator's kernel for rknn_cst::cstThreshold: y = x if x > threshold else value."""
 
     op_type = "cstThreshold"  # the node's op_type
@@ -402,18 +365,18 @@ class cstThreshold:  # noqa: N801 - RKNN matches the class to the node by op_typ
 
     def compute(self, node, inputs):
         x = inputs[0]
-        threshold = get_node_attr(node, "threshold")  # the node's attributes, as the exporter wrote them
+        threshold = get_node_attr(node, "threshold")  # the node's attributes, as exported
         value = get_node_attr(node, "value")
         return [np.where(x > threshold, x, value).astype(x.dtype)]
 
 
 class cstDualResidual:  # noqa: N801
-    """The simulator's kernel for rknn_cst::cstDualResidual: two inputs, one attribute, two outputs."""
+    """The simulator's kernel for rknn_cst::cstDualResidual: two inputs, two outputs."""
 
     op_type = "cstDualResidual"
 
     def shape_infer(self, node, in_shapes, in_dtypes):
-        return in_shapes.copy(), in_dtypes.copy()  # two outputs, shaped and typed like the two inputs
+        return in_shapes.copy(), in_dtypes.copy()  # two outputs, shaped like the inputs
 
     def compute(self, node, inputs):
         x, y = inputs
@@ -422,19 +385,20 @@ class cstDualResidual:  # noqa: N801
 
 
 def to_rknn(path, verbose=False):
-    """The vendor's steps: config, load_onnx, build in float16, export_rknn, init_runtime on the simulator."""
+    """The vendor's steps: config, load_onnx, build in float16, export_rknn, init_runtime."""
     rknn = RKNN(verbose=verbose)
     rknn.config(target_platform="rk3588")  # the chip the .rknn file is built for
     assert rknn.load_onnx(model=path) == 0
-    assert rknn.build(do_quantization=False) == 0  # float16; quantizing to int8 would need calibration data
-    assert rknn.export_rknn(os.path.splitext(path)[0] + ".rknn") == 0  # the file a board's runtime loads
+    assert rknn.build(do_quantization=False) == 0  # float16; int8 would need calibration data
+    assert rknn.export_rknn(os.path.splitext(path)[0] + ".rknn") == 0  # what a board loads
     assert rknn.init_runtime() == 0  # no target: the simulator, on this PC
     return rknn
 
 
 def check_against_pytorch(rknn, path, elementwise=False):
-    """Run the saved inputs; compare each output with PyTorch's: the float16 tolerance, the cosine similarity.
-    elementwise=True (each output element computed from one element of each input): also each element alone."""
+    """Run the saved inputs; compare each output with PyTorch's within 4 float16 steps at the
+    largest output, and print the cosine similarity. elementwise=True (each output element from
+    one element of each input): also each element within one float16 step of its own value."""
     stem = os.path.splitext(path)[0]
     inputs = [np.load(name) for name in sorted(glob.glob(stem + "_input_*.npy"))]
     outputs = rknn.inference(inputs=inputs, data_format="nchw")
@@ -442,17 +406,21 @@ def check_against_pytorch(rknn, path, elementwise=False):
     results = []
     for i, actual in enumerate(outputs):
         expected = np.load(f"{stem}_output_{i}.npy")
-        atol = 2**-8 * float(np.abs(expected).max())  # 4 float16 steps at the largest output: see step 6
-        np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"{path} output {i}")
-        diff = float(np.abs(actual - expected).max())
-        cosine = float(np.dot(actual.ravel(), expected.ravel()) / (np.linalg.norm(actual) * np.linalg.norm(expected)))
-        print(f"  {path} output {i}: max abs diff {diff:.1e} <= {atol:.1e}, cosine similarity {cosine:.5f}")
-        results.append({"output": i, "max_abs_diff": diff, "atol": atol, "cosine": cosine})
-        if elementwise:  # one float16 step at each element's own value, not at the largest output: see step 6
+        atol = 2**-8 * float(np.abs(expected).max())  # 4 float16 steps at the largest output
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"{path} {i}")
+        error = np.abs(actual - expected)
+        norms = np.linalg.norm(actual) * np.linalg.norm(expected)
+        cosine = float(np.dot(actual.ravel(), expected.ravel()) / norms)
+        line = f"  {path} output {i}: max abs diff {error.max():.1e} <= {atol:.1e}"
+        print(f"{line}, cosine similarity {cosine:.5f}")
+        diff = float(error.max())
+        results.append(dict(output=i, max_abs_diff=diff, atol=atol, cosine=cosine))
+        if elementwise:  # one float16 step at each element's own value, not at the largest
             step = 2**-10 * np.abs(expected) + 2**-24
-            np.testing.assert_array_less(np.abs(actual - expected), step, err_msg=f"{path} output {i}, per element")
-            worst = float(np.max(np.abs(actual - expected) / step))
-            print(f"  {path} output {i}: each element within 2**-10 * |expected| + 2**-24, at most {worst:.2f} of it")
+            np.testing.assert_array_less(error, step, err_msg=f"{path} {i}, per element")
+            worst = float(np.max(error / step))
+            rule = "each element within 2**-10 * |expected| + 2**-24"
+            print(f"  {path} output {i}: {rule}, at most {worst:.2f} of it")
             results[-1]["per_element"] = worst
     return results
 
@@ -462,33 +430,25 @@ class cstThresholdZeros(cstThreshold):  # noqa: N801
         return [np.zeros_like(inputs[0])]
 
 
-def step4_before_the_first_build() -> None:
-    print("\n== 4. Three errors before the first build ==")
-    log: list[str] = []
-    with rknn_output(log):
+def step4_before_the_first_build():
+    """Three errors before the first build"""
+    with rknn_log():
         rknn = RKNN()
         with expect_error("Please call rknn.config first!"):
             rknn.load_onnx(model="threshold.onnx")  # config() comes first
         with expect_error("The 'target_platform' has not been set yet"):
             rknn.config()  # a .rknn file is built for one chip: config() refuses to guess
         rknn.config(target_platform="rk3588")
-        assert rknn.load_onnx(model="threshold.onnx") == 0  # loading works: the node is only a name so far
+        assert rknn.load_onnx(model="threshold.onnx") == 0  # the node is only a name so far
         with expect_error("No opset import for domain 'rknn_cst'"):
             rknn.build(do_quantization=False)  # no class registered for cstThreshold
         rknn.release()
-    seen(
-        log,
-        "Please call rknn.config first!",
-        "The 'target_platform' has not been set yet",
-        "No opset import for domain 'rknn_cst'",
-    )
 
 
-def step5_register() -> None:
-    print("\n== 5. A Python class per custom op: reg_custom_op ==")
-    log: list[str] = []
-    with rknn_output(log):
-        # A registration lasts for the whole process and every RKNN object made in it: register once (step 8).
+def step5_register():
+    """A Python class per custom op: reg_custom_op"""
+    with rknn_log():
+        # A registration lasts for the process and every RKNN object in it: register once.
         registry = RKNN()
         for op in (cstThreshold(), cstDualResidual()):
             assert registry.reg_custom_op(op) == 0, op.op_type
@@ -496,118 +456,109 @@ def step5_register() -> None:
     print("  registered for this process: cstThreshold, cstDualResidual")
 
 
-def step6_convert_and_compare() -> None:
-    print("\n== 6. Convert, run in the simulator, compare with PyTorch ==")
-    log: list[str] = []
-    with rknn_output(log):
+def step6_convert_and_compare():
+    """Convert, run in the simulator, compare with PyTorch"""
+    with rknn_log():
         results = {}
         for path in [
-            "threshold.onnx",
-            "threshold_dynamo.onnx",
-            "dual_residual.onnx",
-            "dual_residual_dynamo.onnx",
-            "conv_threshold.onnx",
-            "conv_threshold_dynamo.onnx",
-            "deform_conv.onnx",
-            "deform_conv_dynamo.onnx",
+            "threshold.onnx", "threshold_dynamo.onnx",
+            "dual_residual.onnx", "dual_residual_dynamo.onnx",
+            "conv_threshold.onnx", "conv_threshold_dynamo.onnx",
+            "deform_conv.onnx", "deform_conv_dynamo.onnx",
         ]:
             if not os.path.exists(path):  # torch < 2.6 writes no dynamo=True models (step 3)
                 continue
             rknn = to_rknn(path)
-            elementwise = path.startswith(("threshold", "dual_residual"))  # each output element from one input element
+            elementwise = path.startswith(("threshold", "dual_residual"))  # element for element
             results[path] = check_against_pytorch(rknn, path, elementwise)
             rknn.release()
     RESULTS["comparisons"] = results
     expected = [name for step in (2, 3) if exported_by_step(step) for name in KEPT[step]]
-    assert sorted(results) == sorted(expected), f"converted {sorted(results)}, expected {sorted(expected)}"
+    assert sorted(results) == sorted(expected), f"converted {sorted(results)}, not {expected}"
     if not exported_by_step(3):
-        RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[3])} (step 3: {first_half_step(3)})")
-        differs(
-            f"converted the four dynamo=False models only: step 3 wrote none ({FIRST_HALF['steps']['3']['status']})"
-        )
+        RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[3])}: {step3_status()}")
+        harness.differs(f"converted the four dynamo=False models only: {step3_status()}")
 
-    with rknn_output(log):
+    with rknn_log():
         rknn = to_rknn("failures/identity_conv_threshold.onnx")
-        (out,) = rknn.inference(inputs=[np.load("failures/identity_conv_threshold_input_0.npy")], data_format="nchw")
-        print(f"  x = 0.100004 > 0.1: PyTorch keeps x, RKNN gives {out.max():g}: float16(x) = {np.float16(0.100004)}")
+        (out,) = rknn.inference(
+            inputs=[np.load("failures/identity_conv_threshold_input_0.npy")], data_format="nchw"
+        )
+        gives = f"PyTorch keeps x, RKNN gives {out.max():g}"
+        print(f"  x = 0.100004 > 0.1: {gives}: float16(x) = {np.float16(0.100004)}")
         rknn.release()
     expected = np.load("failures/identity_conv_threshold_output_0.npy")
     assert np.all(out == 20.0) and np.allclose(expected, 0.100004), (out.max(), expected.max())
     RESULTS["edge"] = float(out.max())
 
 
-def step7_what_runs_where() -> None:
-    print("\n== 7. What runs where: NPU, CPU, and what a board needs ==")
-    log: list[str] = []
-    with rknn_output(log, echo=False):
+def step7_what_runs_where():
+    """What runs where: NPU, CPU, and what a board needs"""
+    with rknn_log(echo=False) as conv_log:
         to_rknn("conv_threshold.onnx", verbose=True).release()
-    conv_log = log[-1]
-    with rknn_output(log, echo=False):
+    with rknn_log(echo=False) as deform_log:
         to_rknn("deform_conv.onnx", verbose=True).release()
-        for dump in glob.glob("check*_base_optimize.*"):  # verbose=True also dumps the optimized graph here
+        for dump in glob.glob("check*_base_optimize.*"):  # verbose=True also writes these here
             os.remove(dump)
-    deform_log = log[-1]
 
-    c_api = "it will be treated as a custom operator. Please call rknn_register_custom_ops in the RKNN C API"
-    warning = next((line for line in conv_log.splitlines() if "type = cstThreshold" in line and c_api in line), "")
-    assert warning, "the build did not warn that a board needs the op in the C API"
+    c_api = "it will be treated as a custom operator. Please call rknn_register_custom_ops in the"
+    warning = next(line for line in conv_log[0].splitlines() if "type = cstThreshold" in line)
+    assert c_api in warning, "the build did not say that a board needs the op in the C API"
     print("  conv_threshold.onnx build:", warning.split("] ", 1)[-1].strip())
-    conv_layers = layer_targets(conv_log)
-    print("  conv_threshold.onnx layers:", " | ".join(f"{op} {target}" for op, target in conv_layers))
+    conv_layers = layer_targets(conv_log[0])
+    print("  conv_threshold.onnx layers:", " | ".join(f"{op} {at}" for op, at in conv_layers))
     assert conv_layers == [("Conv", "NPU"), ("cstThreshold", "CPU"), ("Conv", "NPU")], conv_layers
 
-    deform_warning = next((line for line in deform_log.splitlines() if "type = DeformConv" in line), "")
+    deform_warning = next(line for line in deform_log[0].splitlines() if "= DeformConv" in line)
     assert c_api in deform_warning, "the build did not treat DeformConv as a custom operator"
-    # Search, not match a whole line: RKNN writes E lines to stderr and D lines to stdout, which is buffered
-    # unless PYTHONUNBUFFERED is set, so an E line can land inside a D line of the captured text.
-    unknown = re.search(r"E RKNN: \[[^\]]*\] Unkown op target: \d+", deform_log)
+    # search, not match a line: RKNN's E lines (stderr) can land inside a D line (stdout)
+    unknown = re.search(r"E RKNN: \[[^\]]*\] Unkown op target: \d+", deform_log[0])
     assert unknown, "no 'E RKNN: ... Unkown op target' line"
-    unknown = unknown.group()
-    print("  deform_conv.onnx build:", deform_warning.split("] ", 1)[-1].split(", it will")[0], "...")
-    print(f"  deform_conv.onnx build: {unknown.split('] ', 1)[-1].strip()} (an E line, yet build() returned 0)")
-    deform_layers = layer_targets(deform_log)
-    print("  deform_conv.onnx layers:", " | ".join(f"{op} {target}" for op, target in deform_layers))
+    deform_text = deform_warning.split("] ", 1)[-1].split(", it will")[0]
+    print(f"  deform_conv.onnx build: {deform_text} ...")
+    unknown_text = unknown.group().split("] ", 1)[-1]
+    print(f"  deform_conv.onnx build: {unknown_text} (an E line, yet build() returned 0)")
+    deform_layers = layer_targets(deform_log[0])
+    print("  deform_conv.onnx layers:", " | ".join(f"{op} {at}" for op, at in deform_layers))
     assert ("DeformConv", "CPU") in deform_layers, deform_layers
-    RESULTS["evidence"] = {
-        "c_api_warning": warning,
-        "conv_threshold_layers": conv_layers,
-        "deform_conv_layers": deform_layers,
-        "deform_conv_unknown_target": unknown,
-    }
+    RESULTS["evidence"].update(
+        c_api_warning=warning,
+        conv_threshold_layers=conv_layers,
+        deform_conv_layers=deform_layers,
+        deform_conv_unknown_target=unknown.group(),
+    )
 
 
-def step8_traps() -> None:
-    print("\n== 8. Four traps ==")
-    log: list[str] = []
-    with rknn_output(log):
+def step8_traps():
+    """Four traps"""
+    with rknn_log() as log:
         rknn = RKNN()
         assert rknn.reg_custom_op(cstThresholdZeros()) == 0  # returns 0, yet RKNN ignores it
         rknn.release()
     ignored = "The op_type = 'cstThreshold' is invalid, Ignore this call!"
-    assert ignored in strip_ansi(log[-1]), "no warning for the second registration"
+    assert ignored in log[0], "no warning for the second registration"
     print(f"  a second class for cstThreshold: reg_custom_op returned 0 and logged {ignored!r}")
-    with rknn_output(log):
+    with rknn_log():
         rknn = to_rknn("threshold.onnx")
-        check_against_pytorch(rknn, "threshold.onnx")  # still matches PyTorch: step 5's class, not zeros
+        check_against_pytorch(rknn, "threshold.onnx")  # still matches: step 5's class, not zeros
         rknn.release()
 
-    with rknn_output(log):
+    with rknn_log() as log:
         rknn = RKNN()
         assert rknn.load_rknn("threshold.rknn") == 0
-        assert rknn.init_runtime() == -1  # no target: the simulator cannot run a loaded .rknn file
+        assert rknn.init_runtime() == -1  # no target: the simulator cannot run a loaded .rknn
         rknn.release()
     refused = "RKNN model that loaded by 'load_rknn' not support inference on the simulator"
-    assert refused in strip_ansi(log[-1]), "init_runtime did not say why it failed"
+    assert refused in log[0], "init_runtime did not say why it failed"
     print(f"  load_rknn, then init_runtime() returned -1: {refused}")
+    RESULTS["evidence"].update(second_registration=ignored, load_rknn_on_simulator=refused)
 
-    RESULTS["reproduced"] += [ignored, refused]
-    if not exported_by_step(3):  # the last two traps read step 3's failure files, not written on this torch
-        RESULTS["skipped"].append(f"step 8: {', '.join(FAILURES[1:])} (step 3: {first_half_step(3)})")
-        differs(f"the two dynamo=True traps not run: step 3 wrote no files ({FIRST_HALF['steps']['3']['status']})")
+    if not exported_by_step(3):  # the last two traps read step 3's failure files
+        RESULTS["skipped"].append(f"step 8: {', '.join(FAILURES[1:])}: {step3_status()}")
+        harness.differs(f"the two dynamo=True traps not run: {step3_status()}")
         return
-
-    with rknn_output(log):
-        # This block and the next read step 3's files: torch >= 2.6 (on torch 2.4, test.py leaves them out).
+    with rknn_log():
+        # These two blocks read step 3's files: torch >= 2.6 (test.py leaves them out on 2.4).
         rknn = RKNN()
         rknn.config(target_platform="rk3588")
         with expect_error("Unsupport onnx opset 20, need <= 19!"):
@@ -620,49 +571,37 @@ def step8_traps() -> None:
         with expect_error("IndexError: _Map_base::at"):
             rknn.build(do_quantization=False)
         rknn.release()
-    seen(log, "Unsupport onnx opset 20, need <= 19!", "IndexError: _Map_base::at")
 
 
 # ---------------------------------------------------------------------------------------------
 
-# Every model this example writes, relative to --out: the ones it keeps (each checked, converted by
-# RKNN-Toolkit2 and run against PyTorch), by the step that exports them, and the failure demonstrations.
-# main() removes them (and the .npy, .rknn and results files beside them) before a run and refuses to
-# claim PASS while --out holds any other .onnx file. A step skipped for its torch keeps no models.
-KEPT = {
-    2: ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", "deform_conv.onnx"),
-    3: ("threshold_dynamo.onnx", "dual_residual_dynamo.onnx", "conv_threshold_dynamo.onnx", "deform_conv_dynamo.onnx"),
-}
-FAILURES = (
-    "failures/identity_conv_threshold.onnx",
-    "failures/conv_threshold_opset20.onnx",
-    "failures/threshold_custom_domain_first.onnx",
-)
-STEPS = (step1_models, step2_export_torchscript, step3_export_dynamo)  # this process; steps 4-8 in the RKNN one
-SECOND_HALF_STEPS = (
+STEPS = (step1_models, step2_export_torchscript, step3_export_dynamo)  # here; 4-8: RKNN_STEPS
+RKNN_STEPS = (
     step4_before_the_first_build,
     step5_register,
     step6_convert_and_compare,
     step7_what_runs_where,
     step8_traps,
 )
-ALL_KEPT = tuple(name for models in KEPT.values() for name in models)
-RKNN_FILES = tuple(name.removesuffix(".onnx") + ".rknn" for name in ALL_KEPT + FAILURES[:1])
-SAVED_ARRAYS = tuple(
-    f"{name.removesuffix('.onnx')}_{kind}_{i}.npy"
-    for name in ALL_KEPT + FAILURES[:1]
-    for kind in ("input", "output")
-    for i in range(2 if name.startswith("dual_residual") else 1)
+KEPT = {  # what each step writes and claims valid; each is also converted to NAME.rknn (step 6)
+    2: ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", "deform_conv.onnx"),
+    3: ("threshold_dynamo.onnx", "dual_residual_dynamo.onnx", "conv_threshold_dynamo.onnx",
+        "deform_conv_dynamo.onnx"),
+}
+FAILURES = (
+    "failures/identity_conv_threshold.onnx",
+    "failures/conv_threshold_opset20.onnx",
+    "failures/threshold_custom_domain_first.onnx",
 )
-RESULTS_FILE = "rknn_results.json"  # what the second half measured and did; tests/test_deploy_rknn.py reads it
-RESULTS: dict = {"comparisons": {}, "reproduced": [], "evidence": {}, "skipped": [], "steps": {}}
-MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
-
-
-
-# What ERRORS.md says of each error this example reproduces: part of expect_error's expected text ->
-# (what raises it, its cause in one line[, the step that fixes it when that is a later step than the one
-# that reproduces it]). recording() fails the run on an error not explained here.
+CONVERTED = tuple(m for models in KEPT.values() for m in models) + FAILURES[:1]
+RESULTS_FILE = "rknn_results.json"  # the RKNN half's statuses and measurements (tests/ read it)
+OTHER_FILES = (RESULTS_FILE, *(m.removesuffix(".onnx") + ".rknn" for m in CONVERTED)) + tuple(
+    f"{m.removesuffix('.onnx')}_{kind}_{i}.npy"
+    for m in CONVERTED
+    for kind in ("input", "output")
+    for i in range(2 if m.startswith("dual_residual") else 1)
+)
+# For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
     "Please call rknn.config first!": (
         "RKNN-Toolkit2",
@@ -675,476 +614,189 @@ CAUSES = {
     "No opset import for domain 'rknn_cst'": (
         "RKNN-Toolkit2",
         "`build()` with a custom-domain node and no class registered for it with `reg_custom_op`",
-        5,  # fixed in step 5
+        5,
     ),
     "Unsupport onnx opset 20, need <= 19!": (
         "RKNN-Toolkit2",
-        "a `dynamo=True` model without `opset_version`: torch 2.9+ writes opset 20, RKNN-Toolkit2 2.5.0 reads "
-        "up to 19",
-        3,  # fixed in step 3
+        "a `dynamo=True` model without `opset_version`: torch 2.9+ writes opset 20, "
+        "RKNN-Toolkit2 2.5.0 reads up to 19",
+        3,
     ),
     "IndexError: _Map_base::at": (
         "RKNN-Toolkit2",
-        "a `dynamo=True` model that lists the custom domain before the default one in `opset_import`: RKNN's "
-        "version converter fails",
-        3,  # fixed in step 3
+        "a `dynamo=True` model that lists the custom domain before the default one in "
+        "`opset_import`: RKNN's version converter fails",
+        3,
     ),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    # expect_error also notes what each step reproduced, in steps.json, for ERRORS.md (see recording())
-    globals()["expect_error"] = recording(expect_error)
-    args = parse_command_line(argv)
-    out = args.out.resolve()
-    if args.rknn_half:
-        return second_half(out)
-    owned = ALL_KEPT + FAILURES
-    problem = prepare_out(out, owned + RKNN_FILES + SAVED_ARRAYS + (RESULTS_FILE,))
-    if problem:
-        print(f"FAIL: cannot write models under {out}: {problem}")
-        return 1
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="torch.onnx")
-    skipped: list[str] = []
-    home = os.getcwd()
-    os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
-    try:
-        torch.manual_seed(0)
-        for number, step in enumerate(STEPS, start=1):
-            STEP_STATUS[number] = {"status": "runs", "why": ""}
-            CURRENT_STEP[0] = number
-            try:
-                step()
-            except NeedsTorch as reason:  # a newer torch's feature: this step only; the example still passes
-                print(f"SKIP step {number}: {reason}")
-                STEP_STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
-            except Skip as reason:  # this machine cannot run it (no compiler, ...): exit 77 at the end
-                print(f"SKIP step {number}: {reason}")
-                STEP_STATUS[number].update(status="skipped", why=str(reason))
-                skipped.append(f"step {number}: {reason}")
-            except BaseException:
-                STEP_STATUS[number].update(status="fails")
-                raise
-        try:
-            run_second_half(out)  # steps 4-8, in the RKNN environment; their statuses join STEP_STATUS
-        except Skip as reason:  # no RKNN environment: the exports above still ran and were checked
-            print(f"SKIP steps 4-8: {reason}")
-            for number in range(len(STEPS) + 1, len(STEPS) + len(SECOND_HALF_STEPS) + 1):
-                STEP_STATUS[number] = {"status": "skipped", "why": str(reason)}
-            skipped.append(f"steps 4-8: {reason}")
-    except AssertionError as exc:
-        print(f"\nFAIL: {exc}")
-        return 1
-    except OSError as exc:
-        print(f"\nFAIL: cannot write models under {out}: {exc}")
-        return 1
-    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
-        print(f"\nFAIL: unexpected {type(exc).__name__}: {first_line(exc)}")
-        if VERBOSE:
-            traceback.print_exc(file=sys.stdout)
-        return 1
-    finally:
-        os.chdir(home)
-        summary_problem = write_step_summary(out)
-    if summary_problem:
-        print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
-        return 1
-    foreign = foreign_models(out, owned)
-    if foreign:
-        print(f"\nFAIL: {out} holds models this example did not write: {', '.join(foreign)} (remove them)")
-        return 1
-    if skipped:
-        print(f"\nSKIP: {'; '.join(skipped)}")
-        return SKIP
-    ran = [n for n, s in STEP_STATUS.items() if s["status"] in ("runs", "differs")]
-    kept = [m for n in ran for m in KEPT.get(n, ())]
-    rknn_files = [m.removesuffix(".onnx") + ".rknn" for m in kept] if 6 in ran else []
-    missing = [name for name in kept + rknn_files + [RESULTS_FILE] if not (out / name).is_file()]
-    if missing:
-        print(f"\nFAIL: these files were not written: {', '.join(missing)}")
-        return 1
-    print(f"\nPASS: every model in {out} checked, converted to .rknn and matched PyTorch in RKNN's simulator")
-    return 0
-
-
-def second_half(out: pathlib.Path) -> int:
-    """main() of the process the first half starts in the RKNN environment: steps 4-8, then the results file
-    (with each step's status, which the first half folds into its steps.json), pass or fail."""
-    global TORCH_VERSION
-    warnings.filterwarnings("ignore", message="pkg_resources is deprecated")  # RKNN imports it
-    home = os.getcwd()
-    os.chdir(out)  # the files the first half wrote, read by the names the README uses
-    try:
-        summary = pathlib.Path("steps.json")  # the first half's steps 1-3: which torch, which steps wrote models
-        assert summary.is_file(), f"no {out / 'steps.json'}: run test.py itself, not with {SECOND_HALF_FLAG}"
-        FIRST_HALF.update(json.loads(summary.read_text(encoding="utf-8")))
-        TORCH_VERSION = FIRST_HALF["torch"]
-        for number, step in enumerate(SECOND_HALF_STEPS, start=len(STEPS) + 1):
-            STEP_STATUS[number] = {"status": "runs", "why": ""}
-            CURRENT_STEP[0] = number
-            try:
-                step()
-            except BaseException:
-                STEP_STATUS[number].update(status="fails")
-                raise
-    except AssertionError as exc:
-        print(f"\nFAIL: {exc}")
-        print_log_tail()
-        return 1
-    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
-        print(f"\nFAIL: unexpected {type(exc).__name__}: {first_line(exc)}")
-        print_log_tail()
-        if VERBOSE:
-            traceback.print_exc(file=sys.stdout)
-        return 1
-    finally:
-        RESULTS["steps"] = {str(number): status for number, status in STEP_STATUS.items()}
-        results_problem = ""
-        try:
-            (out / RESULTS_FILE).write_text(json.dumps(RESULTS, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            results_problem = f"{RESULTS_FILE}: {exc}"
-        os.chdir(home)
-    if results_problem:
-        print(f"\nFAIL: cannot write models under {out}: {results_problem}")
-        return 1
-    return 0
+    argv = sys.argv[1:] if argv is None else argv
+    if RKNN_HALF in argv:  # the second process, in RKNN's environment
+        return run_rknn_half(argv)
+    passed = "every model in {out} checked, converted to .rknn and matched PyTorch in "
+    passed += "RKNN's simulator"
+    hooks = dict(other_files=OTHER_FILES, arguments=options, after=start_rknn_half, passed=passed)
+    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv,
+                       **hooks)  # fmt: skip
 
 
 # =============================================================================================
-# Helpers: safe to skip on a first read. The command line, the output folder, the second process,
-# and the checks that run around the lesson's code: the ONNX checker, RKNN's captured logs.
+# Test-only helpers: the second process, and RKNN's log. (harness.run cannot run the second
+# half: it would delete the first half's models and call them foreign.)
 # =============================================================================================
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPOSITORY = HERE.parent
-SKIP = 77  # exit status for "cannot run here", as in automake
-VERBOSE = False  # -v: print every exported graph in full, and RKNN's whole log
-SEED = [0]  # --seed N: step 1 draws its inputs and weights from seed N (0, the README's, by default)
-LAST_LOG: list[str] = [""]  # the last captured RKNN log: its end is printed when a step fails
-DEFAULT_RKNN_PYTHON = REPOSITORY / ".venv-rknn" / "bin" / "python"
-SETUP_COMMAND = (
-    f"python3 -m venv {REPOSITORY / '.venv-rknn'} && "
-    f"{REPOSITORY / '.venv-rknn' / 'bin' / 'pip'} install -r {HERE / 'requirements.txt'}"
-)
+VENV = HERE.parent / ".venv-rknn"
+SETUP = f"python3 -m venv {VENV} && {VENV / 'bin' / 'pip'} install -r {HERE / 'requirements.txt'}"
+RESULTS: dict = {"comparisons": {}, "evidence": {}, "skipped": []}
+FIRST_HALF: dict = {}  # in the second process: the first half's steps.json
 
 
-class Skip(Exception):
-    """Raised by a step that cannot run on this machine (no RKNN environment): the reason is printed."""
-
-
-# The version bookkeeping of the repository's harness (issue 13). differs() names the torch that exported
-# the models (TORCH_VERSION): in the second half that is the first half's torch, not RKNN's torch 2.4.0.
-STEP_STATUS: dict[int, dict[str, str]] = {}
-CURRENT_STEP = [0]
-FIRST_HALF: dict = {}  # the second half: the first half's steps.json (its torch, what steps 1-3 did)
-
-
-class NeedsTorch(Exception):
-    """Raised by a step that needs a newer torch: `SKIP step N: needs torch >= X (why)`; the example goes on."""
-
-    def __init__(self, version: str, why: str) -> None:
-        super().__init__(f"needs torch >= {version} ({why})")
-        self.version, self.why = version, why
-
-
-def differs(why: str) -> None:
-    """Mark the running step as behaving differently (and validly) on the installed torch; print why."""
-    print(f"  on torch {TORCH_VERSION}: {why}")
-    STEP_STATUS[CURRENT_STEP[0]].update(status="differs", why=why)
-
-
-def write_step_summary(out: pathlib.Path) -> str | None:
-    """DIR/steps.json: what each step did on this torch, for the version table in the top README. Returns why it
-    could not be written (an OSError: DIR full, steps.json a directory, ...), or None."""
-    summary = {"torch": torch.__version__.split("+")[0], "steps": {str(n): s for n, s in STEP_STATUS.items()}}
-    try:
-        (out / "steps.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    except OSError as exc:
-        return f"steps.json: {exc}"
-    return None
-
-
-def first_half_step(number: int) -> str:
-    """The second half: what step NUMBER did in the first half, as its steps.json says ("runs", "needs ...")."""
-    step = FIRST_HALF["steps"][str(number)]
-    return f"{step['status']}: {step['why']}" if step["why"] else step["status"]
-
-
-def exported_by_step(number: int) -> bool:
-    """The second half: whether step NUMBER of the first half ran, and so wrote its models."""
-    return FIRST_HALF["steps"][str(number)]["status"] in ("runs", "differs")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
-    global VERBOSE
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out",
-        type=non_empty_path,
-        default=HERE / "output",
-        metavar="DIR",
-        help="write the models under DIR, failure demonstrations under DIR/failures (default: output/ here)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every graph in full, and RKNN's logs")
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        metavar="N",
-        help="draw step 1's inputs and weights from seed N instead of the README's 0 (tests/ check other seeds)",
-    )
-    parser.add_argument(SECOND_HALF_FLAG, dest="rknn_half", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    VERBOSE = args.verbose
-    SEED[0] = args.seed
-    return args
-
-
-def non_empty_path(text: str) -> pathlib.Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty (it would write into the current directory)")
-    return pathlib.Path(text)
-
-
-def prepare_out(out: pathlib.Path, owned: tuple[str, ...]) -> str:
-    """Make DIR and DIR/failures and remove this example's models of an earlier run: '' or why it cannot."""
-    if out.exists() and not out.is_dir():
-        return "it exists and is not a directory"
-    try:
-        (out / "failures").mkdir(parents=True, exist_ok=True)
-        for name in owned:
-            (out / name).unlink(missing_ok=True)
-        for folder in (out, out / "failures"):
-            with tempfile.TemporaryFile(dir=folder):
-                pass  # can we write there?
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc.strerror or exc}"
-    return ""
-
-
-def foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
-    """The .onnx files in DIR and DIR/failures that this example did not write (it never deletes them)."""
-    found = [*out.glob("*.onnx"), *(out / "failures").glob("*.onnx")]
-    return sorted(p.relative_to(out).as_posix() for p in found if p.relative_to(out).as_posix() not in owned)
-
-
-def show(path: str | os.PathLike) -> "onnx.ModelProto":
-    """The full ONNX checker, then one line: ops in order, opset imports, outputs (the whole graph with -v)."""
-    model = onnx.load(str(path))
-    onnx.checker.check_model(model, full_check=True)
-    outputs = ", ".join(f"{o.name}: {type_text(o.type)}" for o in model.graph.output)
-    print(f"{nodes_line(pathlib.PurePath(path).as_posix(), model)} | {outputs}")
-    if VERBOSE:
-        print(textwrap.indent(onnx.printer.to_text(model.graph), "    "))
-    return model
-
-
-def nodes_line(path: str, model: "onnx.ModelProto") -> str:
-    """The line the page's print_nodes(path) prints for this model: show() prints it, then the outputs."""
-    return f"  {path}: {' '.join(op_list(model))} | opsets {opset_text(model)}"
-
-
-def type_text(value_type: "onnx.TypeProto") -> str:
-    tensor = value_type.tensor_type
-    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
-    return f"{onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)}[{','.join(dims)}]"
-
-
-def op_list(model: "onnx.ModelProto") -> list[str]:
-    return [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
-
-
-def opset_text(model: "onnx.ModelProto") -> str:
-    return ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
-
-
-def node_attributes(path: str, op_type: str) -> dict:
-    """The attributes of the one node of op_type, rounded to float32's precision (the file stores float32)."""
-    (node,) = [n for n in onnx.load(path).graph.node if n.op_type == op_type]
-    return {a.name: round(onnx.helper.get_attribute_value(a), 6) for a in node.attribute}
-
-
-def flush_stdio():
-    """Flush Python's buffers and C's: C++ code (the TorchScript exporter, RKNN) prints through C's stdout, which
-    is block-buffered when stdout is a file or a pipe, so text left in it would cross a redirect of the descriptors
-    (unless PYTHONUNBUFFERED is set). fflush(NULL) flushes every C stream."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    ctypes.CDLL(None).fflush(None)
-
-
-@contextlib.contextmanager
-def captured(sink: list[str]):
-    """Capture file descriptors 1 and 2 and Python warnings into sink[0]: C++ code (the exporter, ORT, the
-    compiler) writes to the descriptors directly. Check what the lesson depends on; drop the rest."""
-    flush_stdio()
-    saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as tmp, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        os.dup2(tmp.fileno(), 1)
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            flush_stdio()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            tmp.seek(0)
-            text = tmp.read().decode(errors="replace")
-            sink.append(text + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
-
-
-def verbose_log(log: list[str]) -> None:
-    if VERBOSE and log[-1].strip():
-        print(textwrap.indent(strip_ansi(log[-1]).rstrip(), "    | "))
-
-
-def strip_ansi(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
-OWN_LINE = re.compile(r'^  (?!File ")\S')  # the lesson's lines: two spaces, and not a traceback's "  File"
-
-
-@contextlib.contextmanager
-def rknn_output(log: list[str], echo: bool = True):
-    """RKNN logs a lot, with colours, on both descriptors, interleaved with the lesson's own print()s: capture
-    it all, then print back only the lesson's lines (all of it with -v). The log stays in log[-1]."""
-    try:
-        with captured(log):
-            yield
-    finally:
-        text = strip_ansi(log[-1]) if log else ""
-        LAST_LOG[0] = text
-        if VERBOSE:
-            print(textwrap.indent(text.rstrip(), "    | "))
-        if echo:
-            for line in text.splitlines():
-                if OWN_LINE.match(line):
-                    print(line)
-
-
-def seen(log: list[str], *expected: str) -> None:
-    """Each expected message was reproduced (expect_error printed it) in the captured output."""
-    text = strip_ansi(log[-1])
-    for message in expected:
-        assert any(line.startswith("  reproduced") and message in line for line in text.splitlines()), message
-        RESULTS["reproduced"].append(message)
-
-
-def layer_targets(log_text: str) -> list[tuple[str, str]]:
-    """(OpType, Target) of each layer in the verbose build's "Network Layer Information Table", inputs and
-    outputs left out: the first table only (the build prints it once)."""
-    row = re.compile(r"RKNN: \[[^\]]*\]\s+\d+\s+(\w+)\s+(?:FLOAT16|FLOAT|INT8|INT16|INT32|INT64|UINT8)\s+(NPU|CPU)\s")
-    layers = [m.groups() for m in map(row.search, strip_ansi(log_text).splitlines()) if m]
-    return [(op, target) for op, target in layers if op not in ("InputOperator", "OutputOperator")]
-
-
-def print_log_tail(lines: int = 25) -> None:
-    tail = [line for line in LAST_LOG[0].splitlines() if line.strip()][-lines:]
-    if tail and not VERBOSE:
-        print("  RKNN's log ends:")
-        print(textwrap.indent("\n".join(tail), "    | "))
+def options(parser) -> None:
+    why = "draw step 1's inputs and weights from seed N, not the README's 0 (tests/ try others)"
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help=why)
 
 
 def rknn_python() -> pathlib.Path:
-    """The RKNN environment's interpreter: $RKNN_PYTHON, else the one the README's setup command creates."""
+    """RKNN's interpreter: $RKNN_PYTHON, else .venv-rknn's; Skip (77), saying what to do."""
     configured = os.environ.get("RKNN_PYTHON", "").strip()
-    if configured:
-        python = pathlib.Path(configured)
-        if not python.is_file():  # a stale setting: skip (77), as without the default environment
-            raise Skip(
-                f"RKNN_PYTHON={configured} is not a file: unset it, or create the environment with: {SETUP_COMMAND}"
-            )
-    else:
-        python = DEFAULT_RKNN_PYTHON
-        if not python.is_file():
-            raise Skip(f"no RKNN-Toolkit2 environment; create it with: {SETUP_COMMAND}")
-    probe = [str(python), "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('rknn') is None)"]
-    if subprocess.run(probe, capture_output=True).returncode != 0:
-        if configured:
-            requirements = HERE / "requirements.txt"
-            raise Skip(f"RKNN_PYTHON={python} has no rknn-toolkit2: {python} -m pip install -r {requirements}")
-        raise Skip(f"{python} has no rknn-toolkit2; create the environment with: {SETUP_COMMAND}")
+    python = pathlib.Path(configured) if configured else VENV / "bin" / "python"
+    if configured and not python.is_file():
+        why = f"RKNN_PYTHON={configured} is not a file: unset it, or create the environment with"
+        raise harness.Skip(f"steps 4-8: {why}: {SETUP}")
+    if not python.is_file():
+        raise harness.Skip(f"steps 4-8: no RKNN-Toolkit2 environment; create it with: {SETUP}")
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('rknn') is None)"
+    if subprocess.run([str(python), "-c", probe], capture_output=True).returncode != 0:
+        install = f"{python} -m pip install -r {HERE / 'requirements.txt'}"
+        raise harness.Skip(f"steps 4-8: {python} has no rknn-toolkit2: {install}")
     return python
 
 
-def run_second_half(out: pathlib.Path) -> None:
-    """Start this file again in the RKNN environment, with the hidden flag: it runs steps 4-8 on DIR."""
-    python = rknn_python()
-    print(f"\n-- steps 4-8 run in the RKNN environment: {python} test.py {SECOND_HALF_FLAG}")
+def start_rknn_half(out: pathlib.Path) -> None:
+    """harness.run's after(): this file again, in RKNN's environment, on DIR's files."""
+    try:
+        python = rknn_python()
+    except harness.Skip as reason:  # steps.json says so for steps 4-8
+        steps = {str(n): {"status": "skipped", "why": str(reason)} for n in range(4, 9)}
+        (out / RESULTS_FILE).write_text(json.dumps({"steps": steps}) + "\n", encoding="utf-8")
+        harness.merge_summary(out / RESULTS_FILE)
+        raise
+    print(f"\n-- steps 4-8 run in the RKNN environment: {python} test.py {RKNN_HALF}")
+    if problem := harness.write_summary(out / "steps.json"):  # steps 1-3, for the second half
+        raise OSError(problem)
     sys.stdout.flush()
     start = time.monotonic()
-    command = [str(python), str(pathlib.Path(__file__).resolve()), SECOND_HALF_FLAG, "--out", str(out)]
-    # steps.json of steps 1-3 so far: the second half reads which torch exported, and what
-    if problem := write_step_summary(out):
-        raise OSError(problem)  # main() reports it as FAIL: cannot write models under DIR: ...
-    proc = subprocess.run(command + (["-v"] if VERBOSE else []), cwd=HERE)
-    results = out / RESULTS_FILE
-    if results.is_file():  # the second half writes it, pass or fail: fold its steps' statuses into steps.json
-        steps = json.loads(results.read_text(encoding="utf-8"))["steps"]
-        STEP_STATUS.update({int(number): status for number, status in steps.items()})
+    command = [str(python), __file__, RKNN_HALF, "--out", str(out)]
+    proc = subprocess.run(command + (["-v"] if harness.VERBOSE else []), cwd=HERE)
+    if (out / RESULTS_FILE).is_file():  # written pass or fail
+        harness.merge_summary(out / RESULTS_FILE)
     assert proc.returncode == 0, f"the second half (steps 4-8) exited {proc.returncode}"
+    converted = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["comparisons"]
+    missing = [m for m in converted if not (out / m).with_suffix(".rknn").is_file()]
+    assert not missing, f"no .rknn file beside {missing}"
     print(f"\n  steps 4-8 took {time.monotonic() - start:.0f} s")
 
 
-def recording(expect_error):
-    """expect_error that also notes, in the current step's entry of steps.json, what it reproduced: the lines
-    it printed and the cause CAUSES gives for its expected text. `python run_stacks.py --write-table` writes
-    ERRORS.md from those notes. An error CAUSES does not explain fails the run."""
-    if getattr(expect_error, "records", False):
-        return expect_error
-
-    @contextlib.contextmanager
-    def recorded(expected):
-        printed: list[str] = []
-        saved = sys.stdout
-        sys.stdout = Tee(saved, printed)
-        try:
-            with expect_error(expected):
-                yield
-        finally:
-            sys.stdout = saved
-        record_reproduced(expected, "".join(printed))
-
-    recorded.records = True
-    return recorded
-
-
-class Tee:
-    """A stdout that also keeps what is written to it; everything else (encoding, flush, ...) is the stream's."""
-
-    def __init__(self, stream, kept: list[str]):
-        self.stream, self.kept = stream, kept
-
-    def write(self, text: str) -> int:
-        self.kept.append(text)
-        return self.stream.write(text)
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
+def run_rknn_half(argv: list[str]) -> int:
+    """main() of the second process: steps 4-8 in DIR (--out), then DIR/rknn_results.json (their
+    statuses, the comparisons, the log evidence), which the first half folds into steps.json."""
+    out = pathlib.Path(argv[argv.index("--out") + 1]).resolve()
+    harness.VERBOSE = "-v" in argv
+    home, status = os.getcwd(), 1
+    os.chdir(out)  # the first half's files, by the names the README uses
+    try:
+        FIRST_HALF.update(json.loads(pathlib.Path("steps.json").read_text(encoding="utf-8")))
+        for number, step in enumerate(RKNN_STEPS, start=len(STEPS) + 1):
+            harness._run_step(number, step, CAUSES)  # header, statuses, reproduced errors
+        status = 0
+    except AssertionError as exc:
+        print(f"\nFAIL: {exc}")
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line
+        print(f"\nFAIL: unexpected {type(exc).__name__}: {str(exc).strip()[:300]}")
+    finally:
+        os.chdir(home)
+        problem = harness.write_summary(out / RESULTS_FILE, extra=RESULTS)
+    if problem:
+        print(f"\nFAIL: cannot write models under {out}: {problem}")
+    return 1 if problem else status
 
 
-def record_reproduced(expected: str, printed: str) -> None:
-    step = CURRENT_STEP[0]
-    lines = printed.splitlines()
-    first = [line.split("reproduced: ", 1)[1] for line in lines if line.startswith("  reproduced: ")]
-    further = [line.split("further down: ", 1)[1] for line in lines if line.startswith("  reproduced, further down: ")]
-    keys = [key for key in CAUSES if key in expected]
-    assert first, f"step {step}: expect_error({expected!r}) printed no 'reproduced:' line"
-    assert len(keys) == 1, f"step {step}: CAUSES must explain {expected!r} once, not {len(keys)} times"
-    raised_by, cause, *fixed_in = CAUSES[keys[0]]  # a third element: the step that fixes it, when a later one
-    entry = {"error": first[-1], "further_down": further[-1] if further else "", "raised_by": raised_by, "cause": cause}
-    entry["fixed_in"] = fixed_in[0] if fixed_in else step
-    STEP_STATUS[step].setdefault("reproduced", []).append(entry)
+def exported_by_step(number: int) -> bool:
+    """In the second process: whether the first half's step NUMBER ran, and so wrote its models."""
+    return FIRST_HALF["steps"][str(number)]["status"] in ("runs", "differs")
+
+
+def step3_status() -> str:
+    step = FIRST_HALF["steps"]["3"]
+    why = f" ({step['why']})" if step["why"] else ""
+    return f"exported on torch {FIRST_HALF['torch']}, where step 3 {step['status']}{why}"
+
+
+LESSON_LINE = re.compile(r'^  (?!File ")\S')  # the lesson's print()s; not a traceback's "  File"
+
+
+@contextlib.contextmanager
+def rknn_log(echo: bool = True):
+    """RKNN logs a lot, coloured, on both descriptors and through print(), between the lesson's
+    lines: capture it all (harness.captured), then print back the lesson's lines (all with -v).
+    Yields [log text]. The step's record already holds the lesson's lines, so they are printed
+    back past it, to sys.__stdout__; when the block fails, the log's last lines follow."""
+    sink: list[str] = []
+    log = [""]
+    failed = True
+    try:
+        with harness.captured(sink):
+            yield log
+        failed = False
+    finally:
+        log[0] = re.sub(r"\x1b\[[0-9;]*m", "", sink[0] if sink else "")
+        lines = log[0].splitlines()
+        shown = [line for line in lines if LESSON_LINE.match(line)] if echo else []
+        if harness.VERBOSE:
+            shown.append(textwrap.indent(log[0].rstrip(), "    | "))
+        elif failed:
+            tail = [line for line in lines if line.strip()][-25:]
+            shown += ["  RKNN's log ends:", textwrap.indent("\n".join(tail), "    | ")]
+        if shown:
+            print("\n".join(shown), file=sys.__stdout__)
+
+
+def layer_targets(log_text: str) -> list[tuple[str, str]]:
+    """(OpType, Target) of each layer in a verbose build's "Network Layer Information Table",
+    inputs and outputs left out."""
+    dtype = "(?:FLOAT16|FLOAT|INT8|INT16|INT32|INT64|UINT8)"
+    row = re.compile(rf"RKNN: \[[^\]]*\]\s+\d+\s+(\w+)\s+{dtype}\s+(NPU|CPU)\s")
+    layers = [m.groups() for m in map(row.search, log_text.splitlines()) if m]
+    return [(op, at) for op, at in layers if op not in ("InputOperator", "OutputOperator")]
+
+
+def check_models(suffix: str) -> None:
+    """The four models of step 2 (SUFFIX "") or 3 ("_dynamo"): the full checker, their nodes,
+    and the standard domain first in their opset imports, at 19 (what RKNN reads)."""
+    for name, ops in [
+        ("threshold", ["rknn_cst.cstThreshold"]),
+        ("dual_residual", ["rknn_cst.cstDualResidual"]),
+        ("conv_threshold", ["Conv", "rknn_cst.cstThreshold", "Conv"]),
+        ("deform_conv", ["Conv", "DeformConv"]),
+    ]:
+        path = f"{name}{suffix}.onnx"
+        onnx.checker.check_model(onnx.load(path), full_check=True)
+        assert harness.op_types(path) == ops, (path, harness.op_types(path))
+        assert first_opset(path) == ("", 19), (path, first_opset(path))
+
+
+def first_opset(path: str) -> tuple[str, int]:
+    first = onnx.load(path).opset_import[0]
+    return first.domain, first.version
+
+
+def node_attributes(path: str) -> dict:
+    """The attributes of the file's one rknn_cst node, rounded to float32's precision."""
+    (node,) = [n for n in onnx.load(path).graph.node if n.domain == "rknn_cst"]
+    return {a.name: round(onnx.helper.get_attribute_value(a), 6) for a in node.attribute}
 
 
 if __name__ == "__main__":
