@@ -159,9 +159,10 @@ class Drawing:
             if call:
                 calls.append((box, (node.domain, node.op_type)))
         for index, (name, text) in enumerate(outputs):
+            shown = name
             if GENERATED_NAME.match(name):  # a value number says nothing: say what it is
-                name = "output" if len(outputs) == 1 else f"output {index}"
-            label = f"{name}: {text}" if text else name
+                shown = "output" if len(outputs) == 1 else f"output {index}"
+            label = f"{shown}: {text}" if text else shown
             say(f'{self.indent}{p}o{index}(["{escape(label)}"])')
             if name in producer:
                 self.edge(producer[name], f"{p}o{index}", name, named=False)

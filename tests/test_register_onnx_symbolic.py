@@ -1,6 +1,8 @@
-"""What register_onnx_symbolic/test.py writes (the graphs it claims, read back from its --out), and the
-README's claims that one run cannot show: its tolerances on many inputs, the registry trap of step 6, and
-that a broken onnxruntime-extensions costs only the two steps that need it."""
+"""What register_onnx_symbolic/test.py writes (the graphs it claims, read back from its --out), and
+the README's claims that one run cannot show: its tolerances on many inputs, the registry trap of
+step 6, the parse_args and g.op tables against the installed torch, the ops that dynamo=True
+decomposes, the opset range of dynamo=True, and that a broken onnxruntime-extensions costs only the
+two steps that need it."""
 
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ def run(example_run):
 
 @pytest.fixture(scope="module")
 def example():
-    """The folder's test.py as a module: it runs nothing at import, so this only defines its models."""
+    """The folder's test.py as a module: it runs nothing at import, so this only defines its
+    models."""
     spec = importlib.util.spec_from_file_location(f"{NAME}_example", ROOT / NAME / "test.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # @onnxscript.script reads the source through the module
     spec.loader.exec_module(module)
     return module
 
@@ -140,8 +144,8 @@ def test_deform_conv_placeholder_drops_inputs(run):
 @pytest.mark.parametrize(
     "filename, domain, op_type",
     [
-        ("failures/deform_conv2d_onnx_fallthrough.onnx", "torchvision", "deform_conv2d"),
-        ("failures/deform_conv2d_onnx_aten_fallback.onnx", "org.pytorch.aten", "ATen"),
+        ("failures/deform_conv2d_fallthrough.onnx", "torchvision", "deform_conv2d"),
+        ("failures/deform_conv2d_aten.onnx", "org.pytorch.aten", "ATen"),
     ],
 )
 def test_fallback_modes_leave_non_onnx_nodes(run, filename, domain, op_type):
@@ -163,18 +167,35 @@ def test_dynamo_exports_natively_and_ignores_registrations(run, filename, ops):
     assert all(n.domain == "" for n in model.graph.node)
 
 
-def test_dynamo_custom_translation_table_keeps_custom_node(run):
-    model = run.model("threshold_custom_dynamo.onnx")
+@pytest.mark.parametrize(
+    "filename", ["threshold_custom_dynamo.onnx", "threshold_custom_dynamo_script.onnx"]
+)
+def test_dynamo_local_schema_keeps_custom_node(run, filename):
+    """Step 7: a local schema (a plain translation, or @onnxscript.script with -> FLOAT) writes one
+    typed custom node, and nothing was left registered with onnx."""
+    model = run.model(filename)
     (node,) = model.graph.node
     assert (node.domain, node.op_type) == ("rknn_cst", "cstThreshold")
     a = attrs(node)
     assert a["threshold"].type == AttributeProto.FLOAT and a["threshold"].f == pytest.approx(0.1)
     assert a["value"].type == AttributeProto.FLOAT and a["value"].f == 20.0
     assert opsets(model)["rknn_cst"] == 1
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [1, 3, 10, 10]
+    assert "onnx.defs knows cstThreshold: False" in run.output
+    assert "deregistered: onnx.defs knows it: False" in run.output
+
+
+def test_global_schema_gives_shape_inference(run):
+    """Step 7: ONNX shape inference stops at the node with a local schema, and goes through it with
+    the registered one and its inference function."""
+    assert "ONNX shape inference, schema local: output shape []" in run.output
+    assert "ONNX shape inference, schema registered: output shape [1, 3, 10, 10]" in run.output
 
 
 def test_cholesky_kept_whole_in_standard_ops(run):
-    """Step 8: keyed on aten.linalg_cholesky, the op stays whole: standard ONNX only, one Sqrt per column."""
+    """Step 8: keyed on aten.linalg_cholesky, the op stays whole: standard ONNX only, one Sqrt per
+    column."""
     model = run.model("cholesky_dynamo.onnx")
     assert all(n.domain == "" for n in model.graph.node)
     assert [n.op_type for n in model.graph.node].count(
@@ -211,7 +232,8 @@ def test_output_dir_holds_only_valid_models(run):
 
 
 def test_passing_run_holds_back_the_library_noise(run):
-    """The graph dumps, shape-inference warnings and the version converter's traceback are checked, not shown."""
+    """The graph dumps, shape-inference warnings and the version converter's traceback are checked,
+    not shown."""
     for noise in [
         "Torch IR graph at exception",
         "[W",
@@ -223,8 +245,9 @@ def test_passing_run_holds_back_the_library_noise(run):
 
 
 def test_every_step_runs_as_shown_on_the_pinned_torch(run):
-    """steps.json: all nine steps run on the pinned torch, none differs (the README's expected output is its
-    output); the version-specific lines (`on torch X: ...`, `SKIP step N`) and models appear on older torch only."""
+    """steps.json: all nine steps run on the pinned torch, none differs (the README's expected
+    output is its output); the version-specific lines (`on torch X: ...`, `SKIP step N`) and models
+    appear on older torch only."""
     import torch
 
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
@@ -244,7 +267,7 @@ def test_every_step_runs_as_shown_on_the_pinned_torch(run):
     )  # a failed dynamo_export (torch 2.4) writes one; nothing here calls it
 
 
-# ---- the tolerances, on many inputs (the example itself runs one) ------------------------------------
+# ---- the tolerances, on many inputs (the example itself runs one) --------------------------------
 
 
 def export_and_session(tmp_path, name, model, inputs, **export_args):
@@ -273,9 +296,10 @@ def deform_inputs(torch, c_in: int):
 
 @pytest.mark.parametrize("c_in, seeds", [(4, SEEDS), (64, range(10)), (256, range(10))])
 def test_deform_conv_tolerance_holds_on_many_inputs(example, tmp_path, c_in, seeds):
-    """README step 6: ORT's DeformConv matches torchvision within 1e-5 of the largest output, whatever the
-    order of the float32 sums over C_in*k*k taps. With c_in=4 (test.py's shape) they happen to agree bit
-    for bit on the pinned stack; with 64 and 256 channels they do not, and the rule still holds."""
+    """README step 6: ORT's DeformConv matches torchvision within 1e-5 of the largest output,
+    whatever the order of the float32 sums over C_in*k*k taps. With c_in=4 (test.py's shape) they
+    happen to agree bit for bit on the pinned stack; with 64 and 256 channels they do not, and the
+    rule still holds."""
     import torch
 
     torch.manual_seed(1000 + c_in)
@@ -311,7 +335,8 @@ def test_deform_conv_tolerance_holds_on_many_inputs(example, tmp_path, c_in, see
 
 
 def test_elu_override_and_asinh_tolerances_hold_on_many_inputs(example, tmp_path):
-    """README steps 3 and 4: rtol=1e-5, atol=1e-6 for the ELU override and for Asinh, on 20 inputs each."""
+    """README steps 3 and 4: rtol=1e-5, atol=1e-6 for the ELU override and for Asinh, on 20 inputs
+    each."""
     import torch
 
     elu = torch.nn.ELU(alpha=0.5).eval()
@@ -344,8 +369,9 @@ def test_elu_override_and_asinh_tolerances_hold_on_many_inputs(example, tmp_path
 
 @pytest.mark.parametrize("n", [4, 8])
 def test_cholesky_tolerance_holds_on_many_inputs(example, tmp_path, n):
-    """README step 8: rtol=1e-5, atol=1e-5 between LAPACK and the unrolled translation, on 20 batches of
-    n x n matrices x @ x.T + n*I; and a matrix that is not positive definite gives NaN, not an error."""
+    """README step 8: rtol=1e-5, atol=1e-5 between LAPACK and the unrolled translation, on 20
+    batches of n x n matrices x @ x.T + n*I; and a matrix that is not positive definite gives NaN,
+    not an error."""
     import onnxruntime as ort
     import torch
 
@@ -386,8 +412,9 @@ def test_cholesky_tolerance_holds_on_many_inputs(example, tmp_path, n):
     [(5, 7, 3, 1.0), (5, 7, 3, 100.0), (20, 20, 64, 1.0), (30, 40, 256, 10.0)],
 )
 def test_cdist_tolerance_holds_on_many_inputs(example, tmp_path, rows1, rows2, k, scale):
-    """README step 9: ORT's CDist (a GEMM, then sqrt) against torch.cdist within cdist_tolerance(), on 20
-    inputs each, with a row of x2 equal to a row of x1 (distance 0) and another 1e-3 * scale away."""
+    """README step 9: ORT's CDist (a GEMM, then sqrt) against torch.cdist within cdist_tolerance(),
+    on 20 inputs each, with a row of x2 equal to a row of x1 (distance 0) and another 1e-3 * scale
+    away."""
     import torch
 
     example.register_custom_op_symbolic("aten::cdist", example.cdist_contrib, 9)
@@ -415,11 +442,151 @@ def test_cdist_tolerance_holds_on_many_inputs(example, tmp_path, rows1, rows2, k
         np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"seed={seed}")
         worst = max(worst, float(np.max(np.abs(actual.astype(np.float64) - expected)) / atol))
     print(
-        f"{rows1}x{k} vs {rows2}x{k}, scale {scale}: largest difference {worst:.2f} of the tolerance"
+        f"{rows1}x{k} vs {rows2}x{k}, scale {scale}: largest difference {worst:.2f} of tolerance"
     )
 
 
-# ---- in separate processes: what would disturb this one -------------------------------------------------
+# ---- the README's claims about torch and onnx, on the installed versions -------------------------
+
+
+SUFFIXES = {  # the README's g.op table: suffix -> the attribute type of one value, of a list
+    "i": ("INT", "INTS"),
+    "f": ("FLOAT", "FLOATS"),
+    "s": ("STRING", "STRINGS"),
+    "t": ("TENSOR", "TENSORS"),
+    "z": ("TENSOR", "TENSORS"),
+    "g": ("GRAPH", "GRAPHS"),
+    "ty": ("TYPE_PROTO", "TYPE_PROTOS"),
+}
+
+
+def test_g_op_suffix_table(example, tmp_path):
+    """Step 1's table: torch's attribute-name pattern, and the ONNX type each suffix writes."""
+    import torch
+    from torch.onnx._internal.torchscript_exporter import jit_utils
+
+    assert jit_utils._ATTR_PATTERN.pattern == "^(.+)_(([ifstgz])|(ty))$"
+    a_type = torch._C.TensorType.create_from_tensor(torch.randn(2, 3))
+    values = {  # suffix -> (one value, a list)
+        "i": (2, [1, 2]),
+        "f": (0.5, [0.5, 2.0]),
+        "s": ("a", ["a", "b"]),
+        "t": (torch.tensor([1.0, 2.0]), [torch.tensor(1.5), torch.tensor(2.0)]),
+        "z": (torch.tensor(1.5), [torch.tensor(1.5), torch.tensor(2.0)]),  # 0-d tensors
+        "g": (torch._C.Graph(), [torch._C.Graph()]),
+        "ty": (a_type, [a_type, a_type]),
+    }
+    # g.op(..., onei_i=2) writes an attribute "onei": the suffix is not part of the name
+    attributes = {f"one{k}_{k}": one for k, (one, _) in values.items()}
+    attributes.update({f"many{k}_{k}": many for k, (_, many) in values.items()})
+
+    @example.parse_args("v", "f")
+    def celu_with_every_suffix(g, x, alpha):
+        y = g.op("suffix::Table", x, **attributes)
+        y.setType(x.type())
+        return y
+
+    path = tmp_path / "suffixes.onnx"
+    example.register_custom_op_symbolic("aten::celu", celu_with_every_suffix, 12)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                torch.nn.CELU(), (torch.randn(2),), str(path), dynamo=False, opset_version=12
+            )
+    finally:
+        example.unregister_custom_op_symbolic("aten::celu", 12)  # celu has a built-in rule
+    (node,) = onnx.load(str(path)).graph.node
+    written = {a.name: AttributeProto.AttributeType.Name(a.type) for a in node.attribute}
+    for suffix, (single, listed) in SUFFIXES.items():
+        assert (written[f"one{suffix}"], written[f"many{suffix}"]) == (single, listed), suffix
+
+
+def test_parse_args_lists():
+    """Step 1's table: "is" unpacks a list node of constants, "fs" only a constant."""
+    import torch
+    from torch.onnx._internal.torchscript_exporter import symbolic_helper
+
+    graph = torch._C.Graph()
+    constants = []
+    for value in (2, 3):
+        node = graph.create("onnx::Constant")
+        node.t_("value", torch.tensor(value))
+        graph.insertNode(node)
+        constants.append(node.output())
+    listed = graph.insertNode(graph.create("prim::ListConstruct", constants))
+    assert symbolic_helper._parse_arg(listed.output(), "is") == [2, 3]
+    with pytest.raises(torch.onnx.errors.SymbolicValueError, match="not a list of integers"):
+        symbolic_helper._parse_arg(listed.output(), "fs")
+    constant = graph.create("onnx::Constant")
+    constant.t_("value", torch.tensor([0.5, 2.0]))
+    graph.insertNode(constant)
+    assert symbolic_helper._parse_arg(constant.output(), "fs") == [0.5, 2.0]
+
+
+DECOMPOSED = {  # step 8's list: what a call reaches the dynamo=True exporter as
+    "linalg.solve": (lambda torch, a: torch.linalg.solve(a, a[..., :1]), "aten._linalg_solve_ex"),
+    "linalg.slogdet": (lambda torch, a: torch.linalg.slogdet(a)[1], "aten._linalg_slogdet"),
+    "special.i0": (lambda torch, a: torch.special.i0(a), "prims.bessel_i0"),
+    "linalg.eigh": (lambda torch, a: torch.linalg.eigh(a)[0], "aten._linalg_eigh"),
+}
+
+
+@pytest.mark.parametrize("call", DECOMPOSED)
+def test_dynamo_names_the_decomposed_op(call):
+    """Step 8's list: dynamo=True names the op each of these calls decomposes into."""
+    import torch
+
+    function, decomposed = DECOMPOSED[call]
+
+    class Model(torch.nn.Module):
+        def forward(self, a):
+            return function(torch, a)
+
+    x = torch.randn(2, 4, 4)
+    a = x @ x.mT + 4 * torch.eye(4)
+    with pytest.raises(Exception) as caught:  # noqa: B017 - the message is what is checked
+        torch.onnx.export(Model().eval(), (a,), dynamo=True, verbose=False)
+    messages, error = [], caught.value
+    while error is not None:
+        messages.append(str(error))
+        error = error.__cause__
+    assert f"No ONNX function found for <OpOverload(op='{decomposed}'" in "\n".join(messages)
+
+
+def test_cdist_with_more_than_25_rows_exports(example):
+    """Step 9: with more than 25 rows on a side, torch.cdist takes the matrix-product path, which
+    dynamo=True exports with standard ops (5 and 7 rows fail on aten._cdist_forward)."""
+    import torch
+
+    program = torch.onnx.export(
+        example.CDistModel().eval(), (torch.randn(30, 3), torch.randn(7, 3)), dynamo=True,
+        verbose=False,
+    )
+    ops = [n.op_type for n in program.model_proto.graph.node]
+    assert "MatMul" in ops and all(n.domain == "" for n in program.model_proto.graph.node), ops
+
+
+def test_dynamo_opset_range(example):
+    """Notes: dynamo=True converts below 18 where the converter can (asinh to 17), exports past
+    ONNX_MAX_OPSET = 23 without a check (24), and the TorchScript exporter stops at 20."""
+    import torch
+    from torch.onnx import _constants
+
+    assert (_constants.ONNX_MAX_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET) == (23, 20)
+    for opset in (17, 24):
+        program = torch.onnx.export(
+            example.AsinhModel().eval(),
+            (torch.randn(2, 3),),
+            dynamo=True,
+            verbose=False,
+            opset_version=opset,
+        )
+        assert opsets(program.model_proto)[""] == opset
+        assert [n.op_type for n in program.model_proto.graph.node] == ["Asinh"]
+
+
+# ---- in separate processes: what would disturb this one ------------------------------------------
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -438,16 +605,19 @@ def test_unregistering_the_only_symbolic_breaks_the_next_export(tmp_path):
     """README step 6: why the page replaces the placeholder instead of unregistering it."""
     result = run_python(
         f"""
-        import importlib.util, warnings
+        import importlib.util, sys, warnings
         warnings.simplefilter("ignore")
         spec = importlib.util.spec_from_file_location("example", "test.py")
         example = importlib.util.module_from_spec(spec)
+        sys.modules["example"] = example
         spec.loader.exec_module(example)
         import torch
-        example.register_custom_op_symbolic("torchvision::deform_conv2d", example.deform_conv2d_symbolic, 19)
+        symbolic = example.deform_conv2d_symbolic
+        example.register_custom_op_symbolic("torchvision::deform_conv2d", symbolic, 19)
         example.unregister_custom_op_symbolic("torchvision::deform_conv2d", 19)
         try:
-            torch.onnx.export(example.DeformConvModel(), example.deform_conv_inputs(), {str(tmp_path / "d.onnx")!r},
+            path = {str(tmp_path / "d.onnx")!r}
+            torch.onnx.export(example.DeformConvModel(), example.deform_conv_inputs(), path,
                               dynamo=False, opset_version=19)
         except ValueError as error:
             print("ValueError:", error)
@@ -457,7 +627,8 @@ def test_unregistering_the_only_symbolic_breaks_the_next_export(tmp_path):
 
 
 def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
-    """Issue 12: the optional package's import fails; every step runs, and only 1 and 7 report a skip."""
+    """Issue 12: the optional package's import fails; every step runs, and only 1 and 7 report a
+    skip."""
     fake = tmp_path / "site" / "onnxruntime_extensions"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
@@ -479,7 +650,7 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
     assert "SKIP step 2" not in output and "\nFAIL:" not in output, output[-4000:]
     for number in range(1, 10):
         assert f"== {number}. " in output
-    # What runs without the package still ran: the models are there, and the plain ORT ones were compared.
+    # What runs without the package still ran: the models are there, the plain ORT ones compared.
     for name in [
         "threshold_custom.onnx",
         "threshold_standard.onnx",
@@ -487,8 +658,8 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
         "threshold_custom_dynamo.onnx",
     ]:
         assert (out / name).is_file(), name
-    assert "deform_conv2d.onnx: ONNX Runtime matches PyTorch" in output
-    assert "threshold_custom.onnx: ONNX Runtime matches PyTorch" not in output
+    assert "deform_conv2d.onnx: matches PyTorch" in output
+    assert "threshold_custom.onnx: matches PyTorch" not in output
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     statuses = {n: s["status"] for n, s in summary["steps"].items()}
     assert statuses == {**{str(n): "runs" for n in range(1, 10)}, "1": "skipped", "7": "skipped"}, (
