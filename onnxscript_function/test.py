@@ -51,7 +51,7 @@ def selu_symbolic(g, x):
 
 
 def step1_selu_function():
-    """Selu as an onnxscript function (dynamo=False)"""
+    """Selu as an onnxscript function"""
     model = torch.nn.SELU().eval()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
@@ -111,7 +111,7 @@ def selu_opset14_symbolic(g, x):
 
 
 def step2_opsets_must_agree():
-    """The function's opset, the export's and the registration's must agree"""
+    """The opsets must agree"""
     model = torch.nn.SELU().eval()  # step 1's model and input
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
@@ -196,7 +196,7 @@ def threshold_symbolic(g, x, threshold, value):
 
 
 def step3_function_with_attributes():
-    """Threshold as a function with attributes, in domain rknn_cst (dynamo=False)"""
+    """A function with attributes"""
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)  # step 1's input
 
     threshold_model = torch.nn.Threshold(0.1, 20).eval()
