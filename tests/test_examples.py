@@ -346,7 +346,7 @@ def test_example_has_main_guard_and_out_option(name):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_top_level_readme_has_a_row(name):
     top = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"[`{name}/`]({name}/)" in top, f"README.md's table of examples has no row for {name}/"
+    assert f"[`{name}/`]({name}/" in top, f"README.md's table of examples has no row for {name}/"
 
 
 def expected_output(name: str) -> str:

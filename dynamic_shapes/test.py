@@ -1,0 +1,786 @@
+"""Custom nodes with a dynamic batch and a dynamic length, under both exporters.
+
+Run: python test.py [--out DIR] [-v]
+
+A model exported from one example input has that input's sizes written into the file: ONNX Runtime
+refuses another batch. dynamo=False: dynamic_axes names the dims, and a custom node's setType must
+pass them through (a frozen size gives wrong results without an error). dynamo=True: dynamic_shapes
+with torch.export.Dim, captured explicitly, the dims renamed by meaning; a fake kernel derives the
+output's sizes (torch.library.opcheck checks it), a data-dependent size is an unbacked symbol, and a
+translation that reads a traced size fails. Every model then runs at six input sizes against
+PyTorch. Every python block of README.md is in this file (the page's helpers in ../harness.py); the
+lines around them are the checks.
+"""
+
+import os
+import pathlib
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import onnxscript
+import torch
+from onnx.defs import OpSchema
+from torch.export import Dim
+from torch.onnx import register_custom_op_symbolic
+from torch.onnx.symbolic_helper import parse_args
+
+try:  # the custom nodes run in ONNX Runtime with Python kernels from it
+    from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+except ImportError:  # pip install onnxruntime-extensions
+    onnx_op = None
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # noqa: E402
+from harness import assert_onnx_program, expect_error, run_ort  # noqa: E402
+
+# What the TorchScript exporter prints from C++ before a failing export raises (torch >= 2.8)
+IR_DUMP = ("Torch IR graph at exception",) if harness.TORCH >= (2, 8) else ()
+FROZEN_WARNING = "Expected shape from model of {2,48} does not match actual shape of {2,96}"
+NEEDS = "torch.onnx.ops and is_exporting are in 2.8; custom_translation_table came with 2.6"
+
+# ---------------------------------------------------------------------------------------------
+# 1. A fixed-size model fed another batch
+# ---------------------------------------------------------------------------------------------
+
+
+class ThresholdModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.threshold = torch.nn.Threshold(0.1, 20)  # y = x if x > 0.1 else 20
+
+    def forward(self, x):
+        y = self.threshold(x)
+        return y.view(y.size(0), -1)  # one row per sample, as before a classifier's Linear
+
+
+# register_onnx_symbolic's symbolic: one rknn_cst::cstThreshold node, typed like its input
+@parse_args("v", "f", "f")
+def threshold_symbolic(g, x, threshold, value):
+    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+    return y.setType(x.type())  # x's dtype and dims, symbolic ones included
+
+
+def signature(path):
+    """A model file's inputs and outputs with their dims: a number, or a symbolic dim's name."""
+    graph = onnx.load(path).graph
+
+    def typed(value):
+        dims = [d.dim_param or str(d.dim_value) for d in value.type.tensor_type.shape.dim]
+        return f"{value.name}[{','.join(dims)}]"
+
+    inputs = ", ".join(typed(value) for value in graph.input)
+    return f"{inputs} -> {', '.join(typed(value) for value in graph.output)}"
+
+
+def step1_fixed_size():
+    """A fixed-size model fed another batch"""
+    os.makedirs("failures", exist_ok=True)  # the models of this step are failure demonstrations
+    model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)
+    bigger = torch.randn(4, 3, 16)  # another batch size
+
+    if harness.TORCH < (2, 6):
+        harness.differs("dynamo=True is torch.onnx.dynamo_export before 2.6: not shown here")
+    else:
+        program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+        program.save("failures/threshold_fixed_dynamo.onnx")
+        print("  dynamo=True: ", signature("failures/threshold_fixed_dynamo.onnx"))
+        with expect_error("Got invalid dimensions for input: x for the following indices"):
+            run_ort("failures/threshold_fixed_dynamo.onnx", {"x": bigger.numpy()})
+
+        assert harness.output_dims(harness.show("failures/threshold_fixed_dynamo.onnx")) == [2, 48]
+
+    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)
+    torch.onnx.export(
+        model, (x,), "failures/threshold_fixed.onnx", dynamo=False, opset_version=17,
+        input_names=["x"], output_names=["y"], custom_opsets={"rknn_cst": 1},
+    )
+    print("  dynamo=False:", signature("failures/threshold_fixed.onnx"))
+
+    assert harness.output_dims(harness.show("failures/threshold_fixed.onnx")) == [2, 48]
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. dynamo=False: dynamic_axes, and a setType that keeps them
+# ---------------------------------------------------------------------------------------------
+
+
+# The same node with the example's sizes written out: the mistake this step shows
+@parse_args("v", "f", "f")
+def threshold_frozen(g, x, threshold, value):
+    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+    return y.setType(x.type().with_sizes([2, 3, 16]))
+
+
+@torch.library.custom_op("dynshape::box_blur", mutates_args=())
+def box_blur(x: torch.Tensor, width: int) -> torch.Tensor:
+    """The mean of every `width` neighbours along the last axis: length - width + 1 values."""
+    return x.unfold(-1, width, 1).mean(-1)  # a new tensor, never a view of x
+
+
+class BoxBlurModel(torch.nn.Module):
+    def forward(self, x):
+        return box_blur(x, 3)
+
+
+@parse_args("v", "i")
+def box_blur_symbolic(g, x, width):
+    y = g.op("dynshape::BoxBlur", x, width_i=width)
+    sizes = x.type().varyingSizes()  # [None, 3, None] under dynamic_axes: None is symbolic
+    length = None if sizes[-1] is None else sizes[-1] - width + 1
+    return y.setType(x.type().with_sizes([*sizes[:-1], length]))
+
+
+class MinMax(torch.autograd.Function):
+    """The min and the max over the last axis (autograd_function/'s node), for dynamo=False."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.aminmax(x, dim=-1)
+
+    @staticmethod
+    def symbolic(g, x):
+        low, high = g.op("tutorial::MinMax", x, axis_i=-1, outputs=2)
+        reduced = x.type().with_sizes(x.type().varyingSizes()[:-1])  # x's dims but the last
+        return low.setType(reduced), high.setType(reduced)
+
+
+class MinMaxModel(torch.nn.Module):
+    def forward(self, x):
+        return MinMax.apply(x)
+
+
+class CDistModel(torch.nn.Module):
+    def forward(self, x1, x2):
+        # The distance from every row of x1 to every row of x2, computed one way at every size
+        # (by default torch.cdist takes a matrix product above 25 rows: a branch, step 3)
+        return torch.cdist(x1, x2, compute_mode="donot_use_mm_for_euclid_dist")
+
+
+# register_onnx_symbolic's step 9, as written there: sizes() is None once a dim is symbolic
+@parse_args("v", "v", "f", "none")
+def cdist_contrib(g, x1, x2, p, compute_mode):
+    y = g.op("com.microsoft::CDist", x1, x2, metric_s="euclidean")
+    rows = [x1.type().sizes()[0], x2.type().sizes()[0]]
+    y.setType(x1.type().with_sizes(rows))  # [rows of x1, rows of x2]
+    return y
+
+
+# The fix: varyingSizes() gives None for a symbolic dim, which with_sizes keeps symbolic
+@parse_args("v", "v", "f", "none")
+def cdist_dynamic(g, x1, x2, p, compute_mode):
+    y = g.op("com.microsoft::CDist", x1, x2, metric_s="euclidean")
+    rows = [x1.type().varyingSizes()[0], x2.type().varyingSizes()[0]]
+    y.setType(x1.type().with_sizes(rows))
+    return y
+
+
+def ortx_options():
+    """SessionOptions that load onnxruntime-extensions, where the @onnx_op kernels live."""
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    return options
+
+
+def step2_dynamic_axes():
+    """dynamo=False: dynamic_axes, and a setType that keeps them"""
+    model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)
+    bigger = torch.randn(4, 3, 16)
+    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)  # step 1's
+
+    axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 1: "features"}}
+    torch.onnx.export(
+        model, (x,), "threshold.onnx", dynamo=False, opset_version=17, input_names=["x"],
+        output_names=["y"], dynamic_axes=axes, custom_opsets={"rknn_cst": 1},
+    )
+    print("  threshold.onnx:", signature("threshold.onnx"))
+    print("    ops:", " ".join(node.op_type for node in onnx.load("threshold.onnx").graph.node))
+
+    exported = harness.show("threshold.onnx")
+    assert harness.output_dims(exported) == ["batch", "features"]
+    (node,) = [n for n in exported.graph.node if n.op_type == "cstThreshold"]
+    kept = [v for v in exported.graph.value_info if v.name == node.output[0]]
+    assert harness.type_text(kept[0].type) == "float32[batch,3,length]", kept  # setType kept them
+
+    register_custom_op_symbolic("aten::threshold", threshold_frozen, 17)
+    torch.onnx.export(
+        model, (x,), "failures/threshold_frozen.onnx", dynamo=False, opset_version=17,
+        input_names=["x"], output_names=["y"], dynamic_axes=axes, custom_opsets={"rknn_cst": 1},
+    )
+    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)  # back to step 1's
+    frozen = onnx.load("failures/threshold_frozen.onnx")
+    print("  failures/threshold_frozen.onnx:", signature("failures/threshold_frozen.onnx"))
+    print("    ops:", " ".join(node.op_type for node in frozen.graph.node))
+    (y,) = onnx.shape_inference.infer_shapes(frozen, strict_mode=True).graph.output
+    dims = [d.dim_param or d.dim_value for d in y.type.tensor_type.shape.dim]
+    print(f"    ONNX shape inference: y is {dims}")
+
+    assert [n.op_type for n in frozen.graph.node] == ["cstThreshold", "Constant", "Reshape"]
+    assert dims == [2, 48], dims
+    harness.show("failures/threshold_frozen.onnx")
+
+    if onnx_op is not None:  # Python kernels for the custom nodes, standing in for your runtime's
+
+        @onnx_op(
+            op_type="rknn_cst::cstThreshold",
+            inputs=[PyCustomOpDef.dt_float],
+            outputs=[PyCustomOpDef.dt_float],
+            attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
+        )
+        def cst_threshold_kernel(x, threshold, value):
+            return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
+
+        @onnx_op(
+            op_type="dynshape::BoxBlur",
+            inputs=[PyCustomOpDef.dt_float],
+            outputs=[PyCustomOpDef.dt_float],
+            attrs={"width": PyCustomOpDef.dt_int64},
+        )
+        def box_blur_kernel(x, width):
+            windows = np.lib.stride_tricks.sliding_window_view(x, int(width), axis=-1)
+            return (windows.sum(axis=-1) / np.float32(width)).astype(np.float32)
+
+        @onnx_op(
+            op_type="tutorial::MinMax",
+            inputs=[PyCustomOpDef.dt_float],
+            outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+            attrs={"axis": PyCustomOpDef.dt_int64},
+        )
+        def min_max_kernel(x, axis):
+            return x.min(axis=int(axis)), x.max(axis=int(axis))
+
+    ort.set_default_logger_severity(2)  # its warnings, which harness holds back: checked here
+    with harness.quiet(*([FROZEN_WARNING] if onnx_op is not None else [])):
+        if onnx_op is not None:  # batch 4 through the frozen file
+            (y,) = run_ort("failures/threshold_frozen.onnx", {"x": bigger.numpy()}, ortx_options())
+            expected = model(bigger)
+            print(f"  batch 4: ONNX Runtime gives {list(y.shape)}, PyTorch {list(expected.shape)}")
+    ort.set_default_logger_severity(4)
+    if onnx_op is not None:
+        print("    ONNX Runtime only logged: Expected shape from model of {2,48} does not ...")
+        assert list(y.shape) == [2, 96], y.shape
+
+    axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 2: "blurred"}}
+    register_custom_op_symbolic("dynshape::box_blur", box_blur_symbolic, 17)
+    torch.onnx.export(
+        BoxBlurModel(), (x,), "box_blur.onnx", dynamo=False, opset_version=17,
+        input_names=["x"], output_names=["y"], dynamic_axes=axes, custom_opsets={"dynshape": 1},
+    )
+    axes = {"x": {0: "batch", 2: "length"}, "low": {0: "batch"}, "high": {0: "batch"}}
+    torch.onnx.export(
+        MinMaxModel(), (x,), "min_max.onnx", dynamo=False, opset_version=17, input_names=["x"],
+        output_names=["low", "high"], dynamic_axes=axes, custom_opsets={"tutorial": 1},
+    )
+    for path in ["box_blur.onnx", "min_max.onnx"]:
+        print(f"  {path}:", signature(path))
+
+    assert harness.output_dims(harness.show("box_blur.onnx")) == ["batch", 3, "blurred"]
+    assert harness.output_dims(harness.show("min_max.onnx")) == ["batch", 3]
+
+    with harness.quiet(*IR_DUMP):  # the exporter dumps the TorchScript graph before it raises
+        x1, x2 = torch.randn(5, 3), torch.randn(7, 3)
+        axes = {"x1": {0: "rows1"}, "x2": {0: "rows2"}, "distances": {0: "rows1", 1: "rows2"}}
+        register_custom_op_symbolic("aten::cdist", cdist_contrib, 17)
+        with expect_error("'NoneType' object is not subscriptable"):
+            torch.onnx.export(
+                CDistModel(), (x1, x2), "failures/cdist.onnx", dynamo=False, opset_version=17,
+                input_names=["x1", "x2"], output_names=["distances"], dynamic_axes=axes,
+            )
+        register_custom_op_symbolic("aten::cdist", cdist_dynamic, 17)
+        torch.onnx.export(
+            CDistModel(), (x1, x2), "cdist.onnx", dynamo=False, opset_version=17,
+            input_names=["x1", "x2"], output_names=["distances"], dynamic_axes=axes,
+        )
+        print("  cdist.onnx:", signature("cdist.onnx"))
+
+    assert harness.output_dims(harness.show("cdist.onnx")) == ["rows1", "rows2"]
+    assert not os.path.exists("failures/cdist.onnx")
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. dynamo=True: dynamic_shapes, and a fake kernel that derives the sizes
+# ---------------------------------------------------------------------------------------------
+
+programs = {}  # file name -> ONNXProgram: step 4 runs each again at other sizes
+
+rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
+# register_onnx_symbolic's local schema: it types the node; onnx never registers it
+threshold_schema = OpSchema(
+    "cstThreshold",
+    "rknn_cst",
+    1,
+    inputs=[OpSchema.FormalParameter("X", "T")],
+    outputs=[OpSchema.FormalParameter("Y", "T")],
+    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
+    attributes=[
+        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "keep x above this"),
+        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "written elsewhere"),
+    ],
+)
+cst_threshold = onnxscript.values.Op(rknn_cst, "cstThreshold", threshold_schema)
+
+
+def threshold_translation(x, threshold: float, value: float):
+    return cst_threshold(x, threshold=threshold, value=value)
+
+
+def ortx_session(model):
+    """An ONNX Runtime session with onnxruntime-extensions' kernels, for a program."""
+    return ort.InferenceSession(model, ortx_options(), providers=["CPUExecutionProvider"])
+
+
+@box_blur.register_fake
+def _(x, width):
+    # The output's sizes, from the input's: symbolic sizes give symbolic ones
+    return x.new_empty(*x.shape[:-1], x.shape[-1] - width + 1)
+
+
+dynshape = onnxscript.values.Opset("dynshape", 1)
+box_blur_schema = OpSchema(
+    "BoxBlur",
+    "dynshape",
+    1,
+    inputs=[OpSchema.FormalParameter("X", "T")],
+    outputs=[OpSchema.FormalParameter("Y", "T")],
+    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
+    attributes=[OpSchema.Attribute("width", OpSchema.AttrType.INT, "values per mean")],
+)
+box_blur_op = onnxscript.values.Op(dynshape, "BoxBlur", box_blur_schema)
+
+
+def box_blur_translation(x, width: int):
+    return box_blur_op(x, width=width)
+
+
+@torch.library.custom_op("dynshape::box_blur_fixed", mutates_args=())
+def box_blur_fixed(x: torch.Tensor, width: int) -> torch.Tensor:
+    return x.unfold(-1, width, 1).mean(-1)
+
+
+@box_blur_fixed.register_fake
+def _(x, width):
+    return x.new_empty(2, 3, 14)  # the example's output size, written out
+
+
+class SharpenModel(torch.nn.Module):
+    def forward(self, x):
+        return 2 * x[..., 1:-1] - box_blur_fixed(x, 3)  # x minus its blur, plus x
+
+
+@torch.library.custom_op("dynshape::positive", mutates_args=())
+def positive(x: torch.Tensor) -> torch.Tensor:
+    """The values of x above 0, in order, as one row: how many depends on the values."""
+    return x[x > 0]  # a new tensor (boolean indexing copies)
+
+
+@positive.register_fake
+def _(x):
+    count = torch.library.get_ctx().new_dynamic_size()  # a size no input size gives
+    return x.new_empty(count)
+
+
+class PositiveModel(torch.nn.Module):
+    def forward(self, x):
+        return positive(x)
+
+
+op = onnxscript.opset18  # ONNX's standard ops
+
+
+def positive_translation(x):
+    flat = op.Reshape(x, op.Constant(value_ints=[-1]))
+    return op.Compress(flat, op.Greater(flat, op.CastLike(op.Constant(value_float=0.0), flat)))
+
+
+class MinMaxNode(MinMax):
+    """MinMax that writes its node under torch.export (dynamo=True) too."""
+
+    @staticmethod
+    def forward(ctx, x):
+        if torch.compiler.is_exporting():  # torch.export, explicit or in torch.onnx.export
+            reduced = x.shape[:-1]  # symbolic sizes under dynamic shapes: (batch, 3)
+            return torch.onnx.ops.symbolic_multi_out(
+                "tutorial::MinMax", (x,), {"axis": -1}, dtypes=(x.dtype, x.dtype),
+                shapes=(reduced, reduced), version=1,
+            )
+        return torch.aminmax(x, dim=-1)
+
+
+class MinMaxNodeModel(torch.nn.Module):
+    def forward(self, x):
+        return MinMaxNode.apply(x)
+
+
+class CholeskyModel(torch.nn.Module):
+    def forward(self, a):
+        return torch.linalg.cholesky(a)  # a: a batch of symmetric positive-definite matrices
+
+
+def cholesky_translation(self, upper: bool = False):
+    # register_onnx_symbolic's step 8: unrolled for the size known at export time
+    n = self.shape[-1]
+    columns = []
+    for j in range(n):
+        column = op.Gather(self, op.Constant(value_int=j), axis=-1)  # A[..., :, j]
+        index = op.Constant(value_ints=[j])
+        for done in columns:  # minus L[:, k] * L[j, k] for every column k < j
+            column = op.Sub(column, op.Mul(done, op.Gather(done, index, axis=-1)))
+        pivot = op.Sqrt(op.Gather(column, index, axis=-1))  # L[j, j]
+        below = op.Constant(value_floats=[0.0] * j + [1.0] * (n - j))  # rows above j: 0 in L
+        columns.append(op.Mul(op.Div(column, pivot), below))
+    lower = op.Concat(*[op.Unsqueeze(column, [-1]) for column in columns], axis=-1)
+    if upper:  # U = L transposed
+        rank = len(self.shape)
+        return op.Transpose(lower, perm=[*range(rank - 2), rank - 1, rank - 2])
+    return lower
+
+
+msft = onnxscript.values.Opset("com.microsoft", 1)
+cdist_schema = OpSchema(  # ONNX Runtime's CDist (ContribOperators.md), a local schema
+    "CDist",
+    "com.microsoft",
+    1,
+    inputs=[OpSchema.FormalParameter("A", "T"), OpSchema.FormalParameter("B", "T")],
+    outputs=[OpSchema.FormalParameter("C", "T")],
+    type_constraints=[("T", ["tensor(float)", "tensor(double)"], "float32 or float64 tensors")],
+    attributes=[OpSchema.Attribute("metric", OpSchema.AttrType.STRING, "the distance")],
+)
+cdist_op = onnxscript.values.Op(msft, "CDist", cdist_schema)
+
+
+def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
+    return cdist_op(x1, x2, metric="euclidean")  # no sizes: the exporter types the node
+
+
+@harness.needs_torch("2.8", NEEDS)
+def step3_dynamic_shapes():
+    """dynamo=True: dynamic_shapes, and a fake kernel that derives the sizes"""
+    dims_and_names()
+    fake_kernels()
+    data_dependent_size()
+    function_node_and_baked_sizes()
+
+
+def dims_and_names():
+    model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)  # step 1's
+
+    batch, length = Dim("batch"), Dim("length")
+    dynamic_shapes = {"x": {0: batch, 2: length}}  # keyed by forward's parameter names
+    ep = torch.export.export(model, (x,), dynamic_shapes=dynamic_shapes, strict=False)
+    shapes = [str(node.meta["val"].shape) for node in ep.graph.nodes if node.op == "placeholder"]
+    print("  torch.export:", shapes)
+
+    table = {torch.ops.aten.threshold.default: threshold_translation}
+    unnamed = torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
+    print("  without names:", [str(value.shape) for value in unnamed.model.graph.inputs])
+
+    # The same dynamic_shapes again: the exporter renames the file's dims after the Dims
+    program = torch.onnx.export(
+        ep, dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,
+    )
+    program.save("threshold_dynamo.onnx")
+    programs["threshold_dynamo.onnx"] = program
+    print("  threshold_dynamo.onnx:", signature("threshold_dynamo.onnx"))
+
+    exported = harness.show("threshold_dynamo.onnx")
+    assert harness.output_dims(exported) == ["batch", "3*length"], harness.output_dims(exported)
+    assert str(unnamed.model.graph.inputs[0].shape[0]).startswith("s"), unnamed.model.graph.inputs
+    assert not onnx.defs.has("cstThreshold", "rknn_cst")
+
+    # Dim.AUTO: torch.export decides which dims are dynamic; strings name them in the file
+    auto = {"x": {0: Dim.AUTO, 2: Dim.AUTO}}
+    ep_auto = torch.export.export(model, (x,), dynamic_shapes=auto, strict=False)
+    names = {"x": {0: "batch", 2: "length"}}
+    program = torch.onnx.export(
+        ep_auto, dynamo=True, verbose=False, custom_translation_table=table, dynamic_shapes=names
+    )
+    inputs = [str(value.shape) for value in program.model.graph.inputs]
+    print("  Dim.AUTO, named by strings:", inputs)
+
+    assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "3", "length"]
+
+
+def fake_kernels():
+    x = torch.randn(2, 3, 16)  # step 1's size
+    for sample in [x, torch.randn(5, 3, 40)]:  # two sizes: a fixed size fails the second
+        torch.library.opcheck(box_blur, (sample, 3))
+    print("  torch.library.opcheck(box_blur, ...): passed at two sizes")
+
+    batch, length = Dim("batch"), Dim("length")
+    with expect_error("satisfy the generated guard ((-2) + L['x'].size()[2]) != 1"):
+        torch.export.export(
+            BoxBlurModel(), (x,), dynamic_shapes={"x": {0: batch, 2: length}}, strict=False
+        )
+
+    length = Dim("length", min=4)  # length - 2 blurred values: at least 2
+    dynamic_shapes = {"x": {0: batch, 2: length}}
+    ep = torch.export.export(BoxBlurModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
+    table = {torch.ops.dynshape.box_blur.default: box_blur_translation}
+    program = torch.onnx.export(
+        ep, dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,
+    )
+    program.save("box_blur_dynamo.onnx")
+    programs["box_blur_dynamo.onnx"] = program
+    print("  box_blur_dynamo.onnx:", signature("box_blur_dynamo.onnx"))
+
+    exported = harness.show("box_blur_dynamo.onnx")
+    assert harness.output_dims(exported) == ["batch", 3, "length - 2"], exported.graph.output
+
+    torch.library.opcheck(box_blur_fixed, (x, 3))  # the example's size: passes
+    with expect_error("Shapes torch.Size([5, 3, 38]) and torch.Size([2, 3, 14]) are not equal"):
+        torch.library.opcheck(box_blur_fixed, (torch.randn(5, 3, 40), 3))
+    with expect_error("You marked batch as dynamic but your code specialized it"):
+        torch.export.export(SharpenModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def data_dependent_size():
+    x = torch.randn(2, 3, 16)  # step 1's size
+    torch.library.opcheck(positive, (x,))
+    print("  torch.library.opcheck(positive, ...): passed")
+    dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length")}}
+    ep = torch.export.export(PositiveModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
+    table = {torch.ops.dynshape.positive.default: positive_translation}
+    program = torch.onnx.export(
+        ep, dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,
+    )
+    program.save("positive_dynamo.onnx")
+    programs["positive_dynamo.onnx"] = program
+    print("  positive_dynamo.onnx:", signature("positive_dynamo.onnx"))
+
+    (count,) = harness.output_dims(harness.show("positive_dynamo.onnx"))
+    assert count.startswith("u"), count  # an unbacked symbol: no input dim gives it
+
+
+def function_node_and_baked_sizes():
+    x = torch.randn(2, 3, 16)  # step 1's size
+    dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length")}}
+    ep = torch.export.export(MinMaxNodeModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
+    program = torch.onnx.export(
+        ep, dynamo=True, verbose=False, dynamic_shapes=dynamic_shapes, output_names=["low", "high"]
+    )
+    program.save("min_max_dynamo.onnx")
+    print("  min_max_dynamo.onnx:", signature("min_max_dynamo.onnx"))
+
+    harness.show("min_max_dynamo.onnx")
+    assert harness.op_types("min_max_dynamo.onnx") == ["tutorial.MinMax"]
+    assert harness.output_dims(onnx.load("min_max_dynamo.onnx")) == ["batch", 3]
+
+    m = torch.randn(2, 4, 4)
+    a = m @ m.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
+    table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
+    n = Dim("n")
+    dynamic_shapes = {"a": {0: Dim("batch"), 1: n, 2: n}}  # the matrix size too
+    ep = torch.export.export(CholeskyModel(), (a,), dynamic_shapes=dynamic_shapes, strict=False)
+    with expect_error("'SymbolicDim' object cannot be interpreted as an integer"):
+        torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
+
+    dynamic_shapes = {"a": {0: Dim("batch")}}  # the matrix size stays 4: the loop needs it
+    ep = torch.export.export(CholeskyModel(), (a,), dynamic_shapes=dynamic_shapes, strict=False)
+    program = torch.onnx.export(
+        ep, dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,
+    )
+    program.save("cholesky_dynamo.onnx")
+    programs["cholesky_dynamo.onnx"] = program
+    print("  cholesky_dynamo.onnx:", signature("cholesky_dynamo.onnx"))
+
+    assert harness.output_dims(harness.show("cholesky_dynamo.onnx")) == ["batch", 4, 4]
+
+    x1, x2 = torch.randn(5, 3), torch.randn(7, 3)  # step 2's
+    with expect_error("generated guard 2 <= L['x1'].size()[0] and L['x1'].size()[0] <= 25"):
+        plain_cdist_with_dynamic_rows(x1, x2)  # what the README says of torch.cdist's default
+
+    dynamic_shapes = {"x1": {0: Dim("rows1")}, "x2": {0: Dim("rows2")}}
+    ep = torch.export.export(CDistModel(), (x1, x2), dynamic_shapes=dynamic_shapes, strict=False)
+    table = {torch.ops.aten.cdist.default: cdist_translation}
+    program = torch.onnx.export(
+        ep, dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,
+    )
+    program.save("cdist_dynamo.onnx")
+    programs["cdist_dynamo.onnx"] = program
+    print("  cdist_dynamo.onnx:", signature("cdist_dynamo.onnx"))
+
+    assert harness.output_dims(harness.show("cdist_dynamo.onnx")) == ["rows1", "rows2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Every model at three batch sizes and two lengths
+# ---------------------------------------------------------------------------------------------
+
+SIZES = [(batch, length) for batch in (1, 2, 5) for length in (16, 40)]
+
+
+def inputs_for(path, batch, length):
+    """Inputs of the model in PATH for a batch size and a length."""
+    if path.startswith("cdist"):  # x1 has `batch` rows, x2 `length` rows
+        return torch.randn(batch, 3), torch.randn(length, 3)
+    if path.startswith("cholesky"):  # `batch` matrices; their size stays 4
+        m = torch.randn(batch, 4, 4)
+        return (m @ m.mT + 4 * torch.eye(4),)
+    return (torch.randn(batch, 3, length),)
+
+
+def cdist_tolerance(x1, x2):
+    # register_onnx_symbolic's step 9: ORT's |a|^2 + |b|^2 - 2 a.b, then the square root
+    k = x1.shape[-1]
+    largest = float((x1**2).sum(-1).max() + (x2**2).sum(-1).max())
+    return float(np.sqrt(2 * (k + 2) * 2.0**-24 * largest))
+
+
+def step4_every_size():
+    """Every model at three batch sizes and two lengths"""
+    for path, model in [
+        ("threshold.onnx", ThresholdModel().eval()),
+        ("box_blur.onnx", BoxBlurModel()),
+        ("min_max.onnx", MinMaxModel()),
+        ("cdist.onnx", CDistModel()),
+    ]:
+        print(f"  {path}:", signature(path))
+        custom = path != "cdist.onnx"  # ONNX Runtime implements CDist itself
+        if custom and onnx_op is None:
+            continue  # its custom node needs the kernels of onnxruntime-extensions
+        names = [value.name for value in onnx.load(path).graph.input]
+        for batch, length in SIZES:
+            args = inputs_for(path, batch, length)
+            feeds = {name: arg.numpy() for name, arg in zip(names, args, strict=True)}
+            actual = run_ort(path, feeds, ortx_options() if custom else None)
+            expected = model(*args)
+            expected = expected if isinstance(expected, tuple) else (expected,)
+            atol = cdist_tolerance(*args) if path == "cdist.onnx" else 0
+            for ours, torchs in zip(actual, expected, strict=True):
+                np.testing.assert_allclose(ours, torchs.numpy(), rtol=0, atol=atol, err_msg=path)
+        print(f"    matches PyTorch at (batch, length) {SIZES}")
+
+    if harness.TORCH < (2, 8):
+        harness.differs("only the dynamo=False files: step 3 needs torch 2.8")
+    else:
+        every_size_dynamo()
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
+def every_size_dynamo():
+    for path, program in programs.items():
+        print(f"  {path}:", signature(path))
+        if path in ("threshold_dynamo.onnx", "box_blur_dynamo.onnx"):  # custom nodes
+            if onnx_op is None:
+                continue
+            program.initialize_inference_session(ortx_session)  # with the Python kernels
+        rtol, atol = (1e-5, 1e-5) if path == "cholesky_dynamo.onnx" else (0, 0)
+        for batch, length in SIZES:
+            args = inputs_for(path, batch, length)
+            if path == "cdist_dynamo.onnx":
+                atol = cdist_tolerance(*args)
+            assert_onnx_program(program, args=args, rtol=rtol, atol=atol, strategy=None)
+        print(f"    matches PyTorch at (batch, length) {SIZES}")
+
+    model, path = MinMaxNodeModel(), "min_max_dynamo.onnx"
+    print(f"  {path}:", signature(path))
+    if onnx_op is not None:
+        for batch, length in SIZES:
+            (x,) = inputs_for(path, batch, length)
+            actual = run_ort(path, {"x": x.numpy()}, ortx_options())
+            for ours, torchs in zip(actual, model(x), strict=True):  # low, then high
+                np.testing.assert_array_equal(ours, torchs.numpy(), err_msg=path)
+        print(f"    matches PyTorch at (batch, length) {SIZES}")
+
+    assert set(programs) == set(KEPT[3]) - {"min_max_dynamo.onnx"}, programs
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. What RKNN needs instead
+# ---------------------------------------------------------------------------------------------
+
+
+def step5_rknn():
+    """What RKNN needs instead"""
+    # RKNN builds a model for a list of input shapes, not symbolic dims (rknn.config's
+    # dynamic_input, experimental): one list of every input's shape per set.
+    dynamic_input = [[[batch, 3, length]] for batch, length in SIZES]
+    print("  rknn.config(dynamic_input=...) for threshold.onnx:", dynamic_input[:2], "...")
+
+    assert len(dynamic_input) == 6 and dynamic_input[0] == [[1, 3, 16]]
+
+
+# ---------------------------------------------------------------------------------------------
+
+STEPS = (
+    step1_fixed_size,
+    step2_dynamic_axes,
+    step3_dynamic_shapes,
+    step4_every_size,
+    step5_rknn,
+)
+KEPT = {  # what each step writes and claims valid; failure demonstrations below
+    2: ("threshold.onnx", "box_blur.onnx", "min_max.onnx", "cdist.onnx"),
+    3: (
+        "threshold_dynamo.onnx",
+        "box_blur_dynamo.onnx",
+        "positive_dynamo.onnx",
+        "min_max_dynamo.onnx",
+        "cholesky_dynamo.onnx",
+        "cdist_dynamo.onnx",
+    ),
+}
+FAILURES = (
+    "failures/threshold_fixed_dynamo.onnx",
+    "failures/threshold_fixed.onnx",
+    "failures/threshold_frozen.onnx",
+    "failures/cdist.onnx",
+)
+# For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
+CAUSES = {
+    "Got invalid dimensions for input: x for the following indices": ("ONNX Runtime",
+        "the model was exported with fixed input sizes (no `dynamic_axes` / `dynamic_shapes`) "
+        "and is fed another batch or length", 2),
+    "'NoneType' object is not subscriptable": ("dynamo=False",
+        "under `dynamic_axes`, `x.type().sizes()` is None once a dim is symbolic: a symbolic "
+        "reads `varyingSizes()` (None per symbolic dim) instead"),
+    "satisfy the generated guard ((-2) + L['x'].size()[2]) != 1": ("dynamo=True",
+        "a fake kernel's output size `length - 2` must not be 1 (torch.export specializes "
+        "sizes 0 and 1): give the input dim a range, `Dim(\"length\", min=4)`"),
+    "Shapes torch.Size([5, 3, 38]) and torch.Size([2, 3, 14]) are not equal": ("PyTorch",
+        "`torch.library.opcheck` on a second input size: the fake kernel returns the example's "
+        "fixed sizes instead of deriving them from its inputs"),
+    "You marked batch as dynamic but your code specialized it": ("dynamo=True",
+        "a fake kernel returns fixed sizes, so torch.export ties the dynamic dims to the "
+        "example's values: derive the output's sizes from the inputs"),
+    "L['x1'].size()[0] <= 25": ("dynamo=True",
+        "`torch.cdist` takes a matrix product above 25 rows, and torch.export keeps that branch "
+        "as a range of the dim: pass `compute_mode=\"donot_use_mm_for_euclid_dist\"`"),
+    "'SymbolicDim' object cannot be interpreted as an integer": ("dynamo=True",
+        "a translation loops over a traced size (`range(self.shape[-1])`) that is symbolic "
+        "under `dynamic_shapes`: keep that dim static, or write the translation without it"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+
+
+# ---------------------------------------------------------------------------------------------
+# Test-only helpers: what the README says in prose, shown here
+# ---------------------------------------------------------------------------------------------
+
+
+class PlainCDist(torch.nn.Module):
+    """register_onnx_symbolic's model: torch.cdist's default compute_mode branches on row counts."""
+
+    def forward(self, x1, x2):
+        return torch.cdist(x1, x2)
+
+
+def plain_cdist_with_dynamic_rows(x1, x2):
+    dynamic_shapes = {"x1": {0: Dim("rows1")}, "x2": {0: Dim("rows2")}}
+    torch.export.export(PlainCDist(), (x1, x2), dynamic_shapes=dynamic_shapes, strict=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
