@@ -1,0 +1,849 @@
+"""Run the rknn_cst custom nodes in OpenVINO on the CPU: a Python op, then a compiled C++ op.
+
+Run: python test.py [--out DIR] [-v]
+
+The custom nodes the other folders export (rknn_cst::cstThreshold, rknn_cst::cstDualResidual,
+rknn_cst::Foo with a float-list attribute), each alone and between Convs, with dynamo=False and
+dynamo=True, are read by OpenVINO's ONNX frontend: first without an extension (it refuses them, and
+the Conv after each), then with an openvino.Op subclass per op in Python, then with the same ops in
+C++ (ov::op::Op and ov::frontend::onnx::OpExtension), compiled with ninja against the openvino
+wheel's own headers and library into DIR/libcst_ops.so. Every python block of README.md is in this
+file (the page's helpers in ../harness.py); the lines around them are the checks.
+"""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+import typing
+
+import ninja
+import numpy as np
+import onnx
+import onnxscript
+import openvino as ov
+import torch
+from openvino.frontend.onnx import ConversionExtension
+from torch.onnx import register_custom_op_symbolic
+from torch.onnx.symbolic_helper import parse_args
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness
+import harness  # noqa: E402
+from harness import compare, expect_error  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------
+# 1. The custom nodes, exported with dynamo=False
+# ---------------------------------------------------------------------------------------------
+
+
+# register_pytorch_op's two ops, in Python here (that folder builds cst::dual_residual and
+# cst::foo_forward in C++; another namespace lets both load in one process).
+@torch.library.custom_op("cst_py::dual_residual", mutates_args=())
+def dual_residual(
+    x: torch.Tensor, y: torch.Tensor, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return x * alpha - y, y * alpha - x
+
+
+@dual_residual.register_fake
+def _(x, y, alpha):
+    return torch.empty_like(x), torch.empty_like(y)
+
+
+# typing.Sequence, not list[float]: torch 2.4's custom_op accepts only the former.
+@torch.library.custom_op("cst_py::foo_forward", mutates_args=())
+def foo_forward(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    alpha: float,
+    beta: int,
+    mode: str,
+    scales: typing.Sequence[float],
+    dims: typing.Sequence[int],
+) -> torch.Tensor:
+    z = x * alpha - y * beta if mode == "sub" else x * alpha + y * beta
+    per_channel = torch.tensor(scales, dtype=z.dtype).view(1, -1, 1, 1)
+    return (z * per_channel).sum(dims, keepdim=True)
+
+
+@foo_forward.register_fake
+def _(x, y, alpha, beta, mode, scales, dims):
+    return x.new_empty([1 if axis in dims else size for axis, size in enumerate(x.shape)])
+
+
+class DualResidual(torch.nn.Module):
+    def forward(self, x, y):
+        return dual_residual(x, y, 0.5)
+
+
+class Foo(torch.nn.Module):
+    def forward(self, x, y):
+        return foo_forward(x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3])
+
+
+class MidGraph(torch.nn.Module):
+    """The op between standard ops: a Conv before each of its inputs, one Conv after it."""
+
+    def __init__(self, op, inputs, outputs):
+        super().__init__()
+        self.op = op
+        self.before = torch.nn.ModuleList(
+            [torch.nn.Conv2d(3, 3, 3, padding=1) for _ in range(inputs)]
+        )
+        self.after = torch.nn.Conv2d(3 * outputs, 3, 3, padding=1)
+
+    def forward(self, x):
+        y = self.op(*[conv(x) for conv in self.before])
+        return self.after(torch.cat(y, dim=1) if isinstance(y, tuple) else y)
+
+
+# The symbolics of register_onnx_symbolic (cstThreshold) and register_pytorch_op (the others):
+# one rknn_cst node each, its attributes typed by the keyword's suffix, its outputs by setType.
+@parse_args("v", "f", "f")
+def threshold_symbolic(g, x, threshold, value):
+    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+    return y.setType(x.type())
+
+
+@parse_args("v", "v", "f")
+def dual_residual_symbolic(g, x, y, alpha):
+    x_res, y_res = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
+    return x_res.setType(x.type()), y_res.setType(y.type())
+
+
+@parse_args("v", "v", "f", "i", "s", "fs", "is")
+def foo_symbolic(g, x, y, alpha, beta, mode, scales, dims):
+    z = g.op(
+        "rknn_cst::Foo", x, y,
+        alpha_f=alpha, beta_i=beta, mode_s=mode, scales_f=scales, dims_i=dims,
+    )
+    shape = [1 if axis in dims else size for axis, size in enumerate(x.type().sizes())]
+    return z.setType(x.type().with_sizes(shape))
+
+
+MODELS: dict = {}  # name -> (PyTorch model, inputs): step 1 fills it
+EXPORTED: dict = {}  # ONNX file -> (PyTorch model, inputs): what the OpenVINO steps run
+
+
+def step1_export_dynamo_false():
+    """The custom nodes, exported with dynamo=False"""
+    global MODELS, EXPORTED
+    torch.manual_seed(0)
+    x, y = torch.randn(1, 3, 16, 16), torch.randn(1, 3, 16, 16)
+    # Each fake kernel against its op: schema, fake tensors, torch.export's dispatch
+    torch.library.opcheck(dual_residual, (x, y, 0.5))
+    torch.library.opcheck(foo_forward, (x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3]))
+
+    MODELS = {  # name -> (PyTorch model, its inputs)
+        "threshold": (torch.nn.Threshold(0.1, 20).eval(), (x,)),
+        "threshold_net": (MidGraph(torch.nn.Threshold(0.1, 20), 1, 1).eval(), (x,)),
+        "dual_residual": (DualResidual().eval(), (x, y)),
+        "dual_residual_net": (MidGraph(DualResidual(), 2, 2).eval(), (x,)),
+        "foo": (Foo().eval(), (x, y)),
+        "foo_net": (MidGraph(Foo(), 2, 1).eval(), (x,)),
+    }
+    EXPORTED = {}  # ONNX file -> (PyTorch model, inputs), for the steps that run them
+
+    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
+    register_custom_op_symbolic("cst_py::dual_residual", dual_residual_symbolic, 12)
+    register_custom_op_symbolic("cst_py::foo_forward", foo_symbolic, 12)
+    for name, (model, inputs) in MODELS.items():
+        torch.onnx.export(
+            model, inputs, f"{name}.onnx", dynamo=False, opset_version=12,
+            custom_opsets={"rknn_cst": 1},
+        )
+        EXPORTED[f"{name}.onnx"] = (model, inputs)
+
+    for name in MODELS:
+        written = harness.show(f"{name}.onnx")
+        custom = [n for n in written.graph.node if n.domain == "rknn_cst"]
+        assert len(custom) == 1, f"{name}.onnx: {harness.op_types(f'{name}.onnx')}"
+    assert harness.op_types("threshold_net.onnx") == ["Conv", "rknn_cst.cstThreshold", "Conv"]
+    (foo_node,) = onnx.load("foo.onnx").graph.node
+    kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute}
+    print("  rknn_cst.Foo's attributes:", ", ".join(f"{k} {v}" for k, v in kinds.items()))
+    assert kinds == {
+        "alpha": "FLOAT", "beta": "INT", "mode": "STRING", "scales": "FLOATS", "dims": "INTS"
+    }, kinds
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The same nodes with dynamo=True
+# ---------------------------------------------------------------------------------------------
+
+# Local schemas: each names the node's inputs, outputs and attributes for onnxscript, without
+# registering anything in ONNX's process-wide registry.
+Schema = onnx.defs.OpSchema
+FLOAT32 = [("T", ["tensor(float)"], "float32 tensors")]
+rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
+
+
+def schema(name, inputs, outputs, attributes):
+    return Schema(
+        name, "rknn_cst", 1,
+        inputs=[Schema.FormalParameter(i, "T") for i in inputs],
+        outputs=[Schema.FormalParameter(o, "T") for o in outputs],
+        type_constraints=FLOAT32,
+        attributes=[Schema.Attribute(a, kind, a) for a, kind in attributes.items()],
+    )
+
+
+Attr = Schema.AttrType
+cstThreshold = onnxscript.values.Op(
+    rknn_cst, "cstThreshold",
+    schema("cstThreshold", ["X"], ["Y"], {"threshold": Attr.FLOAT, "value": Attr.FLOAT}),
+)
+cstDualResidual = onnxscript.values.Op(
+    rknn_cst, "cstDualResidual",
+    schema("cstDualResidual", ["X", "Y"], ["X_res", "Y_res"], {"alpha": Attr.FLOAT}),
+)
+FooOp = onnxscript.values.Op(
+    rknn_cst, "Foo",
+    schema("Foo", ["X", "Y"], ["Z"], {
+        "alpha": Attr.FLOAT, "beta": Attr.INT, "mode": Attr.STRING,
+        "scales": Attr.FLOATS, "dims": Attr.INTS,
+    }),
+)
+
+
+# Each translation is named after the ATen schema's parameters (`self` for threshold): torch 2.8
+# matches translations by parameter name.
+def threshold_translation(self, threshold: float, value: float):
+    return cstThreshold(self, threshold=threshold, value=value)
+
+
+def dual_residual_translation(x, y, alpha: float):
+    return cstDualResidual(x, y, alpha=alpha)
+
+
+def foo_translation(x, y, alpha: float, beta: int, mode: str, scales, dims):
+    return FooOp(x, y, alpha=alpha, beta=beta, mode=mode, scales=scales, dims=dims)
+
+
+TRANSLATIONS = {
+    torch.ops.aten.threshold.default: threshold_translation,
+    torch.ops.cst_py.dual_residual.default: dual_residual_translation,
+    torch.ops.cst_py.foo_forward.default: foo_translation,
+}
+
+
+@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+def step2_export_dynamo_true():
+    """The same nodes with dynamo=True"""
+    print("  (six dynamo=True exports: torch.export traces each, a second or two apiece)")
+    for name, (model, inputs) in MODELS.items():
+        program = torch.onnx.export(
+            model, inputs, dynamo=True, verbose=False, custom_translation_table=TRANSLATIONS
+        )
+        program.save(f"dynamo_{name}.onnx")
+        EXPORTED[f"dynamo_{name}.onnx"] = (model, inputs)
+
+    for name in MODELS:
+        path = f"dynamo_{name}.onnx"
+        written = harness.show(path)
+        custom = [n for n in written.graph.node if n.domain == "rknn_cst"]
+        assert len(custom) == 1, f"{path}: {harness.op_types(path)}"
+        assert not onnx.defs.has(custom[0].op_type, "rknn_cst")  # nothing was registered
+    if harness.TORCH < (2, 9):
+        harness.differs("dynamo=True writes opset 18 here, 20 from torch 2.9")
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. OpenVINO without an extension
+# ---------------------------------------------------------------------------------------------
+
+
+def step3_no_extension():
+    """OpenVINO without an extension"""
+    core = ov.Core()
+    with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
+        core.read_model("threshold.onnx")
+    with expect_error("Conversion is failed for: Conv-"):
+        core.read_model("threshold_net.onnx")
+    with expect_error("The input data tensor's rank has to be known (static)"):
+        core.compile_model("threshold_net.onnx", "CPU")
+
+    if harness.TORCH >= (2, 6):  # the dynamo=True file fails the same way
+        with expect_error("Conversion is failed for: Conv-"):
+            core.read_model("dynamo_threshold_net.onnx")
+    else:
+        harness.differs("no dynamo=True models: step 2 needs torch 2.6")
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The ops in Python: openvino.Op and a ConversionExtension
+# ---------------------------------------------------------------------------------------------
+
+
+class CstThreshold(ov.Op):
+    """rknn_cst::cstThreshold for OpenVINO: y = x if x > threshold else value."""
+
+    def __init__(self, inputs=None, threshold=0.0, value=0.0):
+        self.threshold, self.value = threshold, value
+        super().__init__(self, inputs)  # sets the inputs, then validate_and_infer_types()
+
+    def validate_and_infer_types(self):  # the output's type and shape: the input's
+        self.set_output_type(0, self.get_input_element_type(0), self.get_input_partial_shape(0))
+
+    def clone_with_new_inputs(self, new_inputs):
+        return CstThreshold(new_inputs, self.threshold, self.value)
+
+    def visit_attributes(self, visitor):
+        visitor.on_attributes({"threshold": self.threshold, "value": self.value})
+        return True
+
+    def has_evaluate(self):
+        return True
+
+    def evaluate(self, outputs, inputs):  # torch's rule, NaN included: x <= threshold -> value
+        x = inputs[0].data
+        outputs[0].shape = x.shape
+        below = x <= np.float32(self.threshold)
+        outputs[0].data[:] = np.where(below, np.float32(self.value), x)
+        return True
+
+
+class CstDualResidual(ov.Op):
+    """rknn_cst::cstDualResidual: (x * alpha - y, y * alpha - x), two outputs."""
+
+    def __init__(self, inputs=None, alpha=0.0):
+        self.alpha = alpha
+        super().__init__(self, inputs)
+
+    def validate_and_infer_types(self):
+        self.set_output_type(0, self.get_input_element_type(0), self.get_input_partial_shape(0))
+        self.set_output_type(1, self.get_input_element_type(1), self.get_input_partial_shape(1))
+
+    def clone_with_new_inputs(self, new_inputs):
+        return CstDualResidual(new_inputs, self.alpha)
+
+    def visit_attributes(self, visitor):
+        visitor.on_attributes({"alpha": self.alpha})
+        return True
+
+    def has_evaluate(self):
+        return True
+
+    def evaluate(self, outputs, inputs):
+        x, y = inputs[0].data, inputs[1].data
+        alpha = np.float32(self.alpha)
+        for output, result in zip(outputs, (x * alpha - y, y * alpha - x), strict=True):
+            output.shape = result.shape
+            output.data[:] = result
+        return True
+
+
+class FooOv(ov.Op):
+    """rknn_cst::Foo: ((x * alpha -/+ y * beta) * scales per channel).sum(dims, keepdim)."""
+
+    def __init__(self, inputs=None, alpha=0.0, beta=0, mode="", scales=(), dims=()):
+        self.alpha, self.beta, self.mode = alpha, beta, mode
+        self.scales, self.dims = list(scales), list(dims)
+        super().__init__(self, inputs)
+
+    def validate_and_infer_types(self):  # the summed dimensions become 1
+        shape = self.get_input_partial_shape(0)
+        if shape.rank.is_static:
+            for axis in self.dims:
+                shape[axis] = 1
+        self.set_output_type(0, self.get_input_element_type(0), shape)
+
+    def clone_with_new_inputs(self, new_inputs):
+        args = self.alpha, self.beta, self.mode, self.scales, self.dims
+        return FooOv(new_inputs, *args)
+
+    def visit_attributes(self, visitor):
+        visitor.on_attributes({
+            "alpha": self.alpha, "beta": self.beta, "mode": self.mode,
+            "scales": self.scales, "dims": self.dims,
+        })
+        return True
+
+    def has_evaluate(self):
+        return True
+
+    def evaluate(self, outputs, inputs):
+        x, y = inputs[0].data, inputs[1].data
+        sign = np.float32(-1.0 if self.mode == "sub" else 1.0)
+        z = x * np.float32(self.alpha) + sign * (y * np.float32(self.beta))
+        z = z * np.asarray(self.scales, dtype=np.float32).reshape(1, -1, 1, 1)
+        result = z.sum(axis=tuple(self.dims), keepdims=True, dtype=np.float64)
+        outputs[0].shape = result.shape
+        outputs[0].data[:] = result
+        return True
+
+
+# A conversion function gets the ONNX node (its inputs, its attributes) and returns the outputs
+# of the OpenVINO ops that replace it.
+def convert_threshold(node):
+    threshold, value = node.get_attribute("threshold"), node.get_attribute("value")
+    return CstThreshold([node.get_input(0)], threshold, value).outputs()
+
+
+def convert_dual_residual(node):
+    inputs = [node.get_input(0), node.get_input(1)]
+    return CstDualResidual(inputs, node.get_attribute("alpha")).outputs()
+
+
+def convert_foo(node):
+    names = ("alpha", "beta", "mode", "scales", "dims")
+    attributes = [node.get_attribute(name) for name in names]
+    return FooOv([node.get_input(0), node.get_input(1)], *attributes).outputs()
+
+
+# The CPU plugin's float precision, set: step 7 shows why.
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def run_openvino(core, path, inputs, config=F32):
+    """Read PATH with CORE's extensions, compile it for the CPU, run it: the outputs."""
+    compiled = core.compile_model(path, "CPU", config)
+    results = compiled([tensor.numpy() for tensor in inputs])
+    return [results[output] for output in compiled.outputs]
+
+
+def pytorch_outputs(model, inputs):
+    outputs = model(*inputs)
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+def step4_python_ops():
+    """The ops in Python: openvino.Op and a ConversionExtension"""
+    global python_ops, python_results
+    # The generic ConversionExtension takes no domain: it matches cstThreshold only in ONNX's
+    # default domain, so the rknn_cst node is still not converted.
+    generic = ov.Core()
+    generic.add_extension(ov.frontend.ConversionExtension("cstThreshold", convert_threshold))
+    with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
+        generic.read_model("threshold.onnx")
+
+    python_ops = ov.Core()
+    python_ops.add_extension(ConversionExtension("cstThreshold", "rknn_cst", convert_threshold))
+    python_ops.add_extension(
+        ConversionExtension("cstDualResidual", "rknn_cst", convert_dual_residual)
+    )
+    python_ops.add_extension(ConversionExtension("Foo", "rknn_cst", convert_foo))
+
+    python_results = {}
+    for path, (model, inputs) in EXPORTED.items():
+        outputs = run_openvino(python_ops, path, inputs)
+        expected = pytorch_outputs(model, inputs)
+        for number, (actual, wanted) in enumerate(zip(outputs, expected, strict=True)):
+            compare(f"{path}[{number}]", actual, wanted, rtol=1e-5, atol=1e-5)
+        python_results[path] = outputs  # for step 6
+
+    ops = [op.get_type_name() for op in python_ops.read_model("threshold_net.onnx").get_ops()]
+    assert "CstThreshold" in ops, ops
+    if harness.TORCH < (2, 6):
+        harness.differs("only the dynamo=False models: step 2 needs torch 2.6")
+
+
+python_ops = None  # step 4's Core, with the Python ops
+python_results: dict = {}
+
+# ---------------------------------------------------------------------------------------------
+# 5. The ops in C++, built against the wheel
+# ---------------------------------------------------------------------------------------------
+
+CPP_HEADER = r"""
+#include <openvino/core/extension.hpp>
+#include <openvino/core/op_extension.hpp>
+#include <openvino/frontend/onnx/extension/op.hpp>
+#include <openvino/op/op.hpp>
+
+#include <algorithm>
+
+// The ONNX frontend hands a FLOATS attribute over as std::vector<double> (a FLOAT as a double,
+// which OpenVINO narrows to a float member by itself; a list it does not narrow).
+using FloatList = std::vector<double>;
+"""
+
+THRESHOLD_CPP = r"""
+// rknn_cst::cstThreshold: y = x if x > threshold else value (torch's rule: NaN stays NaN).
+class CstThreshold : public ov::op::Op {
+public:
+    OPENVINO_OP("CstThreshold", "rknn_cst");  // the type's name and "version" in OpenVINO
+
+    CstThreshold() = default;  // OpExtension creates it empty, then sets inputs and attributes
+    CstThreshold(const ov::OutputVector& args, float threshold, float value)
+        : Op(args), threshold_(threshold), value_(value) {
+        constructor_validate_and_infer_types();
+    }
+    void validate_and_infer_types() override {  // the output: the input's type and shape
+        set_output_type(0, get_input_element_type(0), get_input_partial_shape(0));
+    }
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override
+    {
+        return std::make_shared<CstThreshold>(args, threshold_, value_);
+    }
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {  // names as in ONNX
+        visitor.on_attribute("threshold", threshold_);
+        visitor.on_attribute("value", value_);
+        return true;
+    }
+    bool has_evaluate() const override { return get_input_element_type(0) == ov::element::f32; }
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        outputs[0].set_shape(inputs[0].get_shape());
+        const float* x = inputs[0].data<const float>();
+        float* y = outputs[0].data<float>();
+        const size_t size = inputs[0].get_size();
+        for (size_t i = 0; i < size; ++i) y[i] = x[i] <= threshold_ ? value_ : x[i];
+        return true;
+    }
+
+private:
+    float threshold_ = 0.0f, value_ = 0.0f;
+};
+"""
+
+DUAL_RESIDUAL_CPP = r"""
+// rknn_cst::cstDualResidual: (x * alpha - y, y * alpha - x), two outputs.
+class CstDualResidual : public ov::op::Op {
+public:
+    OPENVINO_OP("CstDualResidual", "rknn_cst");
+
+    CstDualResidual() = default;
+    CstDualResidual(const ov::OutputVector& args, float alpha) : Op(args), alpha_(alpha) {
+        constructor_validate_and_infer_types();
+    }
+    void validate_and_infer_types() override {
+        set_output_size(2);
+        set_output_type(0, get_input_element_type(0), get_input_partial_shape(0));
+        set_output_type(1, get_input_element_type(1), get_input_partial_shape(1));
+    }
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override
+    {
+        return std::make_shared<CstDualResidual>(args, alpha_);
+    }
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {
+        visitor.on_attribute("alpha", alpha_);
+        return true;
+    }
+    bool has_evaluate() const override { return get_input_element_type(0) == ov::element::f32; }
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        outputs[0].set_shape(inputs[0].get_shape());
+        outputs[1].set_shape(inputs[1].get_shape());
+        const float* x = inputs[0].data<const float>();
+        const float* y = inputs[1].data<const float>();
+        float* x_res = outputs[0].data<float>();
+        float* y_res = outputs[1].data<float>();
+        const size_t size = inputs[0].get_size();
+        for (size_t i = 0; i < size; ++i) {
+            x_res[i] = x[i] * alpha_ - y[i];
+            y_res[i] = y[i] * alpha_ - x[i];
+        }
+        return true;
+    }
+
+private:
+    float alpha_ = 0.0f;
+};
+"""
+
+FOO_CPP = r"""
+// rknn_cst::Foo: ((x * alpha -/+ y * beta) * scales[channel]).sum(dims, keepdim=True)
+class Foo : public ov::op::Op {
+public:
+    OPENVINO_OP("Foo", "rknn_cst");
+
+    Foo() = default;
+    Foo(const ov::OutputVector& args, float alpha, int64_t beta, std::string mode,
+        FloatList scales, std::vector<int64_t> dims)
+        : Op(args), alpha_(alpha), beta_(beta), mode_(mode), scales_(scales), dims_(dims) {
+        constructor_validate_and_infer_types();
+    }
+    bool reduces(size_t axis) const {
+        return std::count(dims_.begin(), dims_.end(), static_cast<int64_t>(axis)) > 0;
+    }
+    void validate_and_infer_types() override {  // the summed dimensions become 1
+        auto shape = get_input_partial_shape(0);
+        NODE_VALIDATION_CHECK(this, shape.rank().compatible(4), "Foo takes N, C, H, W inputs");
+        for (size_t axis = 0; shape.rank().is_static() && axis < 4; ++axis)
+            if (reduces(axis)) shape[axis] = 1;
+        set_output_type(0, get_input_element_type(0), shape);
+    }
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override
+    {
+        return std::make_shared<Foo>(args, alpha_, beta_, mode_, scales_, dims_);
+    }
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {
+        visitor.on_attribute("alpha", alpha_);
+        visitor.on_attribute("beta", beta_);
+        visitor.on_attribute("mode", mode_);
+        visitor.on_attribute("scales", scales_);
+        visitor.on_attribute("dims", dims_);
+        return true;
+    }
+    bool has_evaluate() const override { return get_input_element_type(0) == ov::element::f32; }
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        const ov::Shape shape = inputs[0].get_shape();  // N, C, H, W
+        ov::Shape reduced = shape;
+        for (size_t axis = 0; axis < 4; ++axis)
+            if (reduces(axis)) reduced[axis] = 1;
+        outputs[0].set_shape(reduced);
+        // step[axis]: how far the output element moves when the input's index on axis grows
+        std::vector<size_t> step = ov::row_major_strides(reduced);
+        for (size_t axis = 0; axis < 4; ++axis)
+            if (reduces(axis)) step[axis] = 0;
+        const float* x = inputs[0].data<const float>();
+        const float* y = inputs[1].data<const float>();
+        const float sign = mode_ == "sub" ? -1.0f : 1.0f;
+        std::vector<double> sums(outputs[0].get_size(), 0.0);  // summed in double
+        for (size_t n = 0, i = 0; n < shape[0]; ++n)
+            for (size_t c = 0; c < shape[1]; ++c) {
+                const float scale = static_cast<float>(scales_[c]);
+                for (size_t h = 0; h < shape[2]; ++h)
+                    for (size_t w = 0; w < shape[3]; ++w, ++i) {
+                        const size_t o = n * step[0] + c * step[1] + h * step[2] + w * step[3];
+                        sums[o] += (x[i] * alpha_ + sign * (y[i] * beta_)) * scale;
+                    }
+            }
+        std::copy(sums.begin(), sums.end(), outputs[0].data<float>());
+        return true;
+    }
+
+private:
+    float alpha_ = 0.0f;
+    int64_t beta_ = 0;
+    std::string mode_;
+    FloatList scales_;
+    std::vector<int64_t> dims_;
+};
+"""
+
+EXTENSIONS_CPP = r"""
+// What add_extension(path) finds in the library: for each op, the OpenVINO op type, and the
+// ONNX frontend's mapping of the node (name, domain) and its attributes (OpenVINO's name ->
+// ONNX's, listed here though they are the same) onto it.
+using AttributeNames = std::map<std::string, std::string>;
+OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
+    std::make_shared<ov::OpExtension<CstThreshold>>(),
+    std::make_shared<ov::frontend::onnx::OpExtension<CstThreshold>>(
+        "cstThreshold", "rknn_cst",
+        AttributeNames{{"threshold", "threshold"}, {"value", "value"}}),
+    std::make_shared<ov::OpExtension<CstDualResidual>>(),
+    std::make_shared<ov::frontend::onnx::OpExtension<CstDualResidual>>(
+        "cstDualResidual", "rknn_cst", AttributeNames{{"alpha", "alpha"}}),
+    std::make_shared<ov::OpExtension<Foo>>(),
+    std::make_shared<ov::frontend::onnx::OpExtension<Foo>>(
+        "Foo", "rknn_cst",
+        AttributeNames{{"alpha", "alpha"}, {"beta", "beta"}, {"mode", "mode"},
+                       {"scales", "scales"}, {"dims", "dims"}}),
+}));
+"""
+
+
+def ninja_file():
+    """build.ninja: the compiler's command, and the two libraries it builds from their sources.
+    The openvino wheel brings its C++ headers and its library: nothing else to install."""
+    openvino_dir = pathlib.Path(ov.__file__).parent
+    (libopenvino,) = openvino_dir.glob("libs/libopenvino.so.*")  # e.g. libopenvino.so.2641
+    return f"""
+cxx = {os.environ.get("CXX", "c++")}
+flags = -std=c++17 -O3 -fPIC -shared -I{openvino_dir / "include"}
+link = {libopenvino} -Wl,-rpath,{openvino_dir / "libs"}
+rule shared_library
+  command = $cxx $flags $in -o $out $link
+  description = compiling $out
+build libcst_ops.so: shared_library cst_ops.cpp
+build failures/libcst_ops_float_list.so: shared_library failures/cst_ops_float_list.cpp
+"""
+
+
+def write_if_changed(path, text):
+    """Write TEXT to PATH unless PATH holds it: ninja rebuilds what is newer than its .so."""
+    path = pathlib.Path(path)
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+
+
+def step5_build_cpp():
+    """The ops in C++, built against the wheel"""
+    problem = build_problem()
+    if problem:
+        raise harness.Skip(problem)
+
+    CST_OPS_CPP = CPP_HEADER + THRESHOLD_CPP + DUAL_RESIDUAL_CPP + FOO_CPP + EXTENSIONS_CPP
+    os.makedirs("failures", exist_ok=True)
+    write_if_changed("cst_ops.cpp", CST_OPS_CPP)
+    # The mistake step 6 shows: the float list declared as std::vector<float>
+    float_list = CST_OPS_CPP.replace("std::vector<double>;", "std::vector<float>;")
+    write_if_changed("failures/cst_ops_float_list.cpp", float_list)
+    write_if_changed("build.ninja", ninja_file())
+
+    print("  compiling with ninja: about 10 s, then only when a source changes", flush=True)
+    started = time.time()
+    ninja_path = os.path.join(ninja.BIN_DIR, "ninja")  # the ninja package's own binary
+    build = subprocess.run([ninja_path], capture_output=True, text=True)
+    seconds = time.time() - started
+    if build.returncode != 0:
+        raise RuntimeError(f"the build failed:\n{build.stdout}")
+    if "no work to do" in build.stdout:
+        print(f"  ninja: no work to do, libcst_ops.so is up to date ({seconds:.1f} s)")
+    else:
+        print(f"  ninja: built libcst_ops.so and its failure twin in {seconds:.0f} s")
+
+    assert float_list != CST_OPS_CPP
+    for path in ("libcst_ops.so", "failures/libcst_ops_float_list.so"):
+        assert os.path.isfile(path), path
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Load the library and run it
+# ---------------------------------------------------------------------------------------------
+
+
+def step6_run_cpp():
+    """Load the library with add_extension and run it"""
+    problem = build_problem()
+    if problem:
+        raise harness.Skip("needs step 5's library")
+    global cpp_ops
+
+    # What the std::vector<float> twin says: the ONNX node's float list does not fit
+    twin = ov.Core()
+    twin.add_extension(os.path.abspath("failures/libcst_ops_float_list.so"))
+    with expect_error("Bad cast from: St6vectorIdSaIdEE to: St6vectorIfSaIfEE"):
+        twin.read_model("foo.onnx")
+
+    cpp_ops = ov.Core()
+    cpp_ops.add_extension(os.path.abspath("libcst_ops.so"))
+    for path, (model, inputs) in EXPORTED.items():
+        cpp_results = run_openvino(cpp_ops, path, inputs)
+        expected = pytorch_outputs(model, inputs)
+        for number, (actual, wanted) in enumerate(zip(cpp_results, expected, strict=True)):
+            compare(f"{path}[{number}]", actual, wanted, rtol=1e-5, atol=1e-5)
+        for actual, python in zip(cpp_results, python_results[path], strict=True):  # step 4's
+            np.testing.assert_allclose(actual, python, rtol=1e-6, atol=0, err_msg=path)
+    print(f"  the C++ and the Python ops agree on all {len(EXPORTED)} models (rtol=1e-6)")
+
+    ops = {op.get_type_name(): op for op in cpp_ops.read_model("foo.onnx").get_ops()}
+    attributes = ops["Foo"].get_attributes()
+    print(f"  Foo in OpenVINO: scales {attributes['scales']}, dims {attributes['dims']}")
+    assert attributes["scales"] == [1.0, 2.0, 3.0] and attributes["dims"] == [2, 3], attributes
+    if harness.TORCH < (2, 6):
+        harness.differs("only the dynamo=False models: step 2 needs torch 2.6")
+
+
+cpp_ops = None  # step 6's Core, with the C++ ops
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. The CPU plugin's precision: bf16 where the CPU has it
+# ---------------------------------------------------------------------------------------------
+
+
+def step7_precision():
+    """The CPU plugin's precision: bf16 where the CPU has it"""
+    if cpp_ops is None:
+        raise harness.Skip("needs step 5's library")
+
+    model, inputs = EXPORTED["threshold_net.onnx"]
+    expected = model(*inputs).detach().numpy()
+    capabilities = cpp_ops.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    default = cpp_ops.compile_model("threshold_net.onnx", "CPU")  # no config: the defaults
+    precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    print(f"  this CPU: {' '.join(capabilities)}; by default the plugin infers in {precision}")
+
+    assert precision == ("bf16" if "BF16" in capabilities else "f32"), (precision, capabilities)
+    try:
+        bf16_hint = {"INFERENCE_PRECISION_HINT": "bf16"}  # the default where the CPU lists BF16
+        (bf16,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, bf16_hint)
+        diff = np.abs(bf16 - expected)
+        print(f"  in bf16: max abs diff {diff.max():.2f}, median {np.median(diff):.3f}")
+    except RuntimeError as error:  # neither BF16 nor AVX-512 (which simulates it): refused
+        print(f"  this CPU cannot run bf16: {str(error).strip().splitlines()[-1]}")
+    else:
+        assert not np.allclose(bf16, expected, rtol=1e-5, atol=1e-5)  # outside the tolerance
+        flipped = threshold_flips(model, inputs, bf16_hint)
+        print(f"  the threshold took the other branch for {flipped} of its inputs in bf16")
+        assert flipped > 0 and diff.max() > 1.0 and np.median(diff) < 0.05, (flipped, diff)
+
+    (f32,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, F32)
+    compare("threshold_net.onnx in f32", f32, expected, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Test-only helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def build_problem() -> str:
+    """Why this machine cannot build the C++ ops ('' when it can): a Skip reason in
+    harness.build_problem()'s words, without its Python.h check (this library needs no Python)."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler.split()[0]) is None:
+        return f"no C++ compiler: {compiler!r} is not on PATH (install g++, or set CXX)"
+    return ""
+
+
+def threshold_flips(model, inputs, config) -> int:
+    """How many of the custom node's outputs in OpenVINO took the other branch than in PyTorch
+    (one is `value`, the other not): the node's output made a model output, compiled with CONFIG.
+    """
+    network = cpp_ops.read_model("threshold_net.onnx")
+    (node,) = [op for op in network.get_ops() if op.get_type_name() == "CstThreshold"]
+    network.add_outputs([node.output(0)])
+    compiled = cpp_ops.compile_model(network, "CPU", config)
+    in_openvino = compiled([t.numpy() for t in inputs])[compiled.outputs[-1]]
+    in_pytorch = model.op(model.before[0](*inputs)).detach().numpy()
+    return int(np.sum((in_openvino == 20.0) != (in_pytorch == 20.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+
+STEPS = (
+    step1_export_dynamo_false,
+    step2_export_dynamo_true,
+    step3_no_extension,
+    step4_python_ops,
+    step5_build_cpp,
+    step6_run_cpp,
+    step7_precision,
+)
+_NAMES = ("threshold", "threshold_net", "dual_residual", "dual_residual_net", "foo", "foo_net")
+KEPT = {  # what each step writes and claims valid; failure demonstrations below
+    1: tuple(f"{name}.onnx" for name in _NAMES),
+    2: tuple(f"dynamo_{name}.onnx" for name in _NAMES),
+}
+FAILURES = ()  # no failing model: step 6's failure is a library, failures/libcst_ops_float_list.so
+# For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
+CAUSES = {
+    "No conversion rule found for operations: rknn_cst.cstThreshold": (
+        "OpenVINO",
+        "the ONNX frontend has no conversion for the custom-domain node (or one registered "
+        "without its domain): add `openvino.frontend.onnx.ConversionExtension(name, domain, fn)` "
+        "or a C++ library's `OpExtension`",
+        4,
+    ),
+    "Conversion is failed for: Conv-": (
+        "OpenVINO",
+        "follows from an unconverted custom node before the Conv: its output has no shape, so the "
+        "Conv's input rank is unknown; the custom node's extension fixes both",
+        4,
+    ),
+    "The input data tensor's rank has to be known (static)": (
+        "OpenVINO",
+        "the Conv after an unconverted custom node: that node's output has no shape; the custom "
+        "node's extension fixes both",
+        4,
+    ),
+    "Bad cast from: St6vectorIdSaIdEE to: St6vectorIfSaIfEE": (
+        "OpenVINO",
+        "a C++ op declares a FLOATS attribute `std::vector<float>`; the ONNX frontend hands it "
+        "over as `std::vector<double>`: declare that type",
+        6,
+    ),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    passed = "every model in {out} checked and matched PyTorch in OpenVINO"
+    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv,
+                       passed=passed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""What deploy_openvino/test.py writes: one rknn_cst node per model, alone and between Convs, from
+both exporters; the C++ library it leaves in --out (cached by ninja); the tolerance of its OpenVINO
+comparisons over other seeds, NaN and the threshold's float32 neighbours; and the facts its Notes
+state (the onnxruntime wheel ships no C API headers)."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import pathlib
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import ROOT
+
+NAME = "deploy_openvino"
+SEEDS = range(20)
+RTOL, ATOL = 1e-5, 1e-5  # README, Notes: every model against PyTorch, in f32
+NAMES = ("threshold", "threshold_net", "dual_residual", "dual_residual_net", "foo", "foo_net")
+
+openvino = pytest.importorskip("openvino")
+
+
+def load_example():
+    """The example's own module (it runs nothing at import): its ops and extensions, not copies."""
+    path = ROOT / NAME / "test.py"
+    spec = importlib.util.spec_from_file_location("deploy_openvino_example", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+example = load_example()
+
+
+@pytest.fixture(scope="module")
+def run(example_run):
+    result = example_run(NAME)  # skips the module when the example skipped itself (no compiler)
+    assert result.returncode == 0, result.output[-4000:]
+    return result
+
+
+def exported(run) -> list[str]:
+    """The models the run wrote: the dynamo=True ones need torch 2.6."""
+    prefixes = ("", "dynamo_") if example.harness.TORCH >= (2, 6) else ("",)
+    return [f"{prefix}{name}.onnx" for prefix in prefixes for name in NAMES]
+
+
+def custom_node(model):
+    (node,) = [n for n in model.graph.node if n.domain == "rknn_cst"]
+    return node, {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def test_each_model_holds_its_node_with_its_attributes(run):
+    for filename in exported(run):
+        model = run.model(filename)
+        node, attributes = custom_node(model)
+        onnx.checker.check_model(model, full_check=True)
+        if filename.removeprefix("dynamo_").startswith("threshold"):
+            assert node.op_type == "cstThreshold"
+            assert attributes == {"threshold": np.float32(0.1), "value": 20.0}, attributes
+        elif filename.removeprefix("dynamo_").startswith("dual_residual"):
+            assert node.op_type == "cstDualResidual" and attributes == {"alpha": 0.5}
+            assert len(node.output) == 2
+        else:
+            assert node.op_type == "Foo"
+            assert attributes["scales"] == [1.0, 2.0, 3.0] and attributes["dims"] == [2, 3]
+            assert (attributes["alpha"], attributes["beta"], attributes["mode"]) == (0.5, 2, b"sub")
+
+
+def test_mid_graph_models_put_the_node_between_convs(run):
+    for filename in exported(run):
+        if "_net" not in filename:
+            continue
+        ops = [n.op_type for n in run.model(filename).graph.node]
+        custom = next(
+            i for i, op in enumerate(ops) if op in ("cstThreshold", "cstDualResidual", "Foo")
+        )
+        assert "Conv" in ops[:custom] and ops[-1] == "Conv", (filename, ops)
+
+
+def test_dynamo_models_leave_the_schema_registry_alone(run):
+    if example.harness.TORCH < (2, 6):
+        pytest.skip("no dynamo=True models before torch 2.6")
+    for name in NAMES:
+        node, _ = custom_node(run.model(f"dynamo_{name}.onnx"))
+        assert not onnx.defs.has(node.op_type, "rknn_cst")
+
+
+def test_the_library_is_left_in_out_and_is_an_openvino_extension(run):
+    library = run.out / "libcst_ops.so"
+    assert library.is_file() and (run.out / "cst_ops.cpp").is_file()
+    assert hasattr(ctypes.CDLL(str(library)), "create_extensions")  # OPENVINO_CREATE_EXTENSIONS
+    twin = (run.out / "failures" / "cst_ops_float_list.cpp").read_text().splitlines()
+    source = (run.out / "cst_ops.cpp").read_text().splitlines()
+    changed = [(a, b) for a, b in zip(source, twin, strict=True) if a != b]
+    assert changed == [
+        ("using FloatList = std::vector<double>;", "using FloatList = std::vector<float>;")
+    ]
+
+
+def test_the_build_is_cached(run):
+    """A second ninja run in the same folder builds nothing (what test.py prints on a rerun)."""
+    ninja = pathlib.Path(example.ninja.BIN_DIR) / "ninja"
+    again = subprocess.run([str(ninja)], cwd=run.out, capture_output=True, text=True, check=True)
+    assert "no work to do" in again.stdout, again.stdout
+
+
+@pytest.fixture(scope="module")
+def cores(run):
+    """The C++ library test.py built, and the Python ops, each in its own Core."""
+    cpp = openvino.Core()
+    cpp.add_extension(str(run.out / "libcst_ops.so"))
+    python = openvino.Core()
+    for name, convert in [
+        ("cstThreshold", example.convert_threshold),
+        ("cstDualResidual", example.convert_dual_residual),
+        ("Foo", example.convert_foo),
+    ]:
+        python.add_extension(example.ConversionExtension(name, "rknn_cst", convert))
+    return {"C++": cpp, "Python": python}
+
+
+@pytest.fixture(scope="module")
+def symbolics():
+    """test.py's dynamo=False symbolics, registered for this module's exports only."""
+    from torch.onnx import register_custom_op_symbolic, unregister_custom_op_symbolic
+
+    ops = [
+        ("aten::threshold", example.threshold_symbolic),
+        ("cst_py::dual_residual", example.dual_residual_symbolic),
+        ("cst_py::foo_forward", example.foo_symbolic),
+    ]
+    for name, symbolic in ops:
+        register_custom_op_symbolic(name, symbolic, 12)
+    yield
+    for name, _ in ops:
+        unregister_custom_op_symbolic(name, 12)
+
+
+def export(model, inputs, path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript-based exporter's DeprecationWarning
+        torch.onnx.export(
+            model, inputs, str(path), dynamo=False, opset_version=12, custom_opsets={"rknn_cst": 1}
+        )
+
+
+def test_tolerance_holds_over_seeds(cores, symbolics, tmp_path):
+    """README, Notes: rtol=1e-5, atol=1e-5 against PyTorch; C++ against Python within rtol=1e-6."""
+    used = {}
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        x, y = torch.randn(1, 3, 16, 16), torch.randn(1, 3, 16, 16)
+        models = {
+            "threshold": (torch.nn.Threshold(0.1, 20).eval(), (x,)),
+            "threshold_net": (example.MidGraph(torch.nn.Threshold(0.1, 20), 1, 1).eval(), (x,)),
+            "dual_residual": (example.DualResidual().eval(), (x, y)),
+            "dual_residual_net": (example.MidGraph(example.DualResidual(), 2, 2).eval(), (x,)),
+            "foo": (example.Foo().eval(), (x, y)),
+            "foo_net": (example.MidGraph(example.Foo(), 2, 1).eval(), (x,)),
+        }
+        for name, (model, inputs) in models.items():
+            path = tmp_path / f"{name}.onnx"
+            export(model, inputs, path)
+            expected = [t.detach().numpy() for t in example.pytorch_outputs(model, inputs)]
+            results = {
+                kind: example.run_openvino(core, str(path), inputs) for kind, core in cores.items()
+            }
+            for kind, outputs in results.items():
+                for actual, wanted in zip(outputs, expected, strict=True):
+                    np.testing.assert_allclose(
+                        actual, wanted, rtol=RTOL, atol=ATOL, err_msg=f"{name} {kind}"
+                    )
+                    fraction = np.max(np.abs(actual - wanted) / (ATOL + RTOL * np.abs(wanted)))
+                    used[name] = max(used.get(name, 0.0), float(fraction))
+            for cpp, python in zip(results["C++"], results["Python"], strict=True):
+                if name.startswith("foo"):  # both sum in double, in other orders
+                    np.testing.assert_allclose(cpp, python, rtol=1e-6, atol=0, err_msg=name)
+                else:  # the same float32 arithmetic: the same numbers
+                    np.testing.assert_array_equal(cpp, python, err_msg=name)
+    # The README's figures: alone, threshold and dual_residual are exact; nothing near the limit
+    assert used["threshold"] == 0.0 and used["dual_residual"] == 0.0, used
+    assert max(used.values()) < 0.6, used
+
+
+def test_threshold_edges_and_nan(cores, symbolics, tmp_path):
+    """torch's rule, NaN included: x <= 0.1 gives 20, else x; NaN stays NaN; exact in both ops."""
+    threshold = np.float32(0.1)
+    values = [np.nan, -np.inf, np.inf, 0.0, -0.0, threshold, 20.0, -20.0]
+    values += [np.nextafter(threshold, np.float32(1)), np.nextafter(threshold, np.float32(0))]
+    x = torch.tensor(values * 3, dtype=torch.float32).reshape(1, 3, 1, len(values))
+    model = torch.nn.Threshold(0.1, 20).eval()
+    export(model, (x,), tmp_path / "threshold.onnx")
+    for kind, core in cores.items():
+        (actual,) = example.run_openvino(core, str(tmp_path / "threshold.onnx"), (x,))
+        np.testing.assert_array_equal(actual, model(x).numpy(), err_msg=kind)
+
+
+def test_the_onnxruntime_wheel_ships_its_library_but_no_headers():
+    """README, Notes: why an ONNX Runtime custom-op library is not built from the package index."""
+    import onnxruntime
+
+    package = pathlib.Path(onnxruntime.__file__).parent
+    assert list(package.glob("capi/libonnxruntime.so*")), "the wheel's library is gone"
+    headers = [p for p in package.rglob("*.h")] + [p for p in package.rglob("*.hpp")]
+    assert not headers, f"the onnxruntime wheel now ships headers: {headers[:3]}"
+
+
+def test_the_openvino_wheel_ships_what_the_build_uses():
+    package = pathlib.Path(openvino.__file__).parent
+    assert (package / "include/openvino/frontend/onnx/extension/op.hpp").is_file()
+    assert len(list(package.glob("libs/libopenvino.so.*"))) == 1
+    assert not (package / "libs/libopenvino.so").exists()  # hence the versioned name in build.ninja
+
+
+def test_the_custom_node_runs_as_a_reference_layer_between_reorders(run, cores):
+    """README, Notes (Speed): the CPU plugin runs the custom op through its evaluate() fallback, in
+    the plain layout, with a reorder before and after it."""
+    compiled = cores["C++"].compile_model(str(run.out / "threshold_net.onnx"), "CPU", example.F32)
+    layers = [
+        (op.get_friendly_name(), op.get_rt_info()["layerType"].astype(str))
+        for op in compiled.get_runtime_model().get_ordered_ops()
+    ]
+    (index,) = [i for i, (_, kind) in enumerate(layers) if kind == "Reference"]
+    assert layers[index][0].endswith("cstThreshold"), layers
+    around = [kind for _, kind in layers[index - 1 : index + 2] if kind != "Const"]
+    assert around == ["Reorder", "Reference", "Reorder"], layers
+
+
+def test_the_benchmark_runs(run, tmp_path):
+    """benchmark.py is a measurement, not a test: only that it runs and prints its table."""
+    if example.harness.TORCH < (2, 6):
+        pytest.skip("benchmark.py exports with custom_translation_table (torch >= 2.6)")
+    for name in ("libcst_ops.so", "cst_ops.cpp", "build.ninja"):  # reuse the example's build
+        (tmp_path / name).write_bytes((run.out / name).read_bytes())
+    (tmp_path / "failures").mkdir()
+    for name in ("libcst_ops_float_list.so", "cst_ops_float_list.cpp"):
+        (tmp_path / "failures" / name).write_bytes((run.out / "failures" / name).read_bytes())
+    result = subprocess.run(
+        [sys.executable, str(ROOT / NAME / "benchmark.py"), "--out", str(tmp_path),
+         "--sizes", "8", "--runs", "2"],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "| model | H x W | C++ kernel | Python op | standard ops |" in result.stdout
+    assert result.stdout.count("| 8x8 |") == 3, result.stdout
