@@ -1,10 +1,10 @@
 """Run every example on each torch stack the repository supports; keep README.md's version table and ERRORS.md.
 
-A stack is one set of pinned packages: `requirements.txt` (torch 2.14.1, the default path) or a file
-under `stacks/` (the same pins with another torch and torchvision: 2.4.1, 2.8.0, 2.15.0). Each stack gets its own virtual
-environment, `.venv-STACK` beside this file (git-ignored), built on first use. `run_all.py` then runs
-every example with that environment's python, each writing `steps.json` (what each step did on that
-torch) beside its models under `.stacks/STACK/NAME/`.
+A stack is one set of pinned packages: `requirements.txt` (torch 2.14.1, the default path) or a
+file under `stacks/` (the same pins with another torch and torchvision: 2.4.1, 2.8.0, 2.15.0). Each
+stack gets its own virtual environment, `.venv-STACK` beside this file (git-ignored), built on first
+use. `run_all.py` then runs every example with that environment's python, each writing `steps.json`
+(what each step did on that torch) beside its models under `.stacks/STACK/NAME/`.
 
     python run_stacks.py                          # every stack: build what is missing, run every example
     python run_stacks.py torch-2.8                # one stack

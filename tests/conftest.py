@@ -25,6 +25,18 @@ EXAMPLES = run_all.discover(ROOT)
 CHILD_ENV = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
 
 
+def load_example(name: str):
+    """NAME/test.py as a module (it runs nothing at import): its ops, models and tolerances, not
+    copies of them. Registered in sys.modules: @onnxscript.script reads its source through it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_example", ROOT / name / "test.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(autouse=True)
 def flush_c_stdio():
     """Flush C's stdout after each test, while pytest still captures the descriptors: a test that exports

@@ -4,7 +4,6 @@ process where it crashes one)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_example
 from onnx.reference import ReferenceEvaluator
 
 NAME = "argument_types"
@@ -63,16 +62,7 @@ RTOL, ATOL = (
 SEEDS = range(20)
 
 
-def load_example():
-    """The example's own module (it runs nothing at import): its schema and ops, not copies."""
-    spec = importlib.util.spec_from_file_location("argument_types_example", ROOT / NAME / "test.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = load_example()
+example = load_example(NAME)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ and no-ninja-on-PATH paths (harness.build_problem, which test.py asks).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -24,25 +23,14 @@ import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT
+from conftest import ROOT, load_example
 from onnx import AttributeProto, numpy_helper
 
 NAME = "autograd_function"
 SEEDS = range(20)
 
 
-def load_example():
-    """The example's own module (it runs nothing at import): its classes and tolerances."""
-    spec = importlib.util.spec_from_file_location(
-        "autograd_function_example", ROOT / NAME / "test.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = load_example()
+example = load_example(NAME)
 
 
 @pytest.fixture(scope="module")

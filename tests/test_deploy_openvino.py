@@ -6,7 +6,6 @@ state (the onnxruntime wheel ships no C API headers)."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_example
 
 NAME = "deploy_openvino"
 SEEDS = range(20)
@@ -26,17 +25,7 @@ NAMES = ("threshold", "threshold_net", "dual_residual", "dual_residual_net", "fo
 openvino = pytest.importorskip("openvino")
 
 
-def load_example():
-    """The example's own module (it runs nothing at import): its ops and extensions, not copies."""
-    path = ROOT / NAME / "test.py"
-    spec = importlib.util.spec_from_file_location("deploy_openvino_example", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = load_example()
+example = load_example(NAME)
 
 
 @pytest.fixture(scope="module")

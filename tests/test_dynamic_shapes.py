@@ -5,7 +5,6 @@ its own, the exporter's made-up dim names, and RKNN-Toolkit2's documented option
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,7 +14,7 @@ import textwrap
 import onnx
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_example
 
 NAME = "dynamic_shapes"
 SEEDS = 20
@@ -32,11 +31,7 @@ def run(example_run):
 def example():
     """The folder's test.py as a module: it runs nothing at import, so this only defines its ops
     and models (in the dynshape namespace, which no other folder uses)."""
-    spec = importlib.util.spec_from_file_location(f"{NAME}_example", ROOT / NAME / "test.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_example(NAME)
 
 
 def dims(value) -> list:

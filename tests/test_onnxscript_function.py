@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import onnx
 import onnx_ir
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import ROOT
+from conftest import load_example
 from onnx import AttributeProto
 
 NAME = "onnxscript_function"
@@ -22,18 +19,7 @@ SELU_RTOL, SELU_ATOL = 1e-6, 1e-6
 SEEDS = range(20)
 
 
-def load_example():
-    """The example's own module (it runs nothing at import): its functions, not copies of them."""
-    spec = importlib.util.spec_from_file_location(
-        "onnxscript_function_example", ROOT / NAME / "test.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @onnxscript.script reads the source through the module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = load_example()
+example = load_example(NAME)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ two steps that need it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_example
 from onnx import AttributeProto
 
 NAME = "register_onnx_symbolic"
@@ -35,11 +34,7 @@ def run(example_run):
 def example():
     """The folder's test.py as a module: it runs nothing at import, so this only defines its
     models."""
-    spec = importlib.util.spec_from_file_location(f"{NAME}_example", ROOT / NAME / "test.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # @onnxscript.script reads the source through the module
-    spec.loader.exec_module(module)
-    return module
+    return load_example(NAME)
 
 
 def nodes(model, skip=("Constant",)):
