@@ -60,7 +60,7 @@ def inline_code(text: str) -> list[str]:
 
 
 def cjk_share(text: str) -> float:
-    prose = sync_translations.without_fences(text)
+    prose = sync_translations.without_fences(sync_translations.TABLE.sub("", text))  # generated
     prose = re.sub(r"`[^`\n]*`", " ", prose)  # inline code
     prose = re.sub(r"\]\([^)]*\)", "]", prose)  # link targets
     prose = re.sub(r"<!--.*?-->", " ", prose, flags=re.S)
