@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -236,14 +237,40 @@ def test_always_classified_is_the_placeholder_for_every_torch_runtime_error():
     assert exportdb_error_message("always_classified") == "always_classified is unsupported."
 
 
-def test_the_local_schema_is_not_registered_and_is_needed(with_fake_kernel):
-    """Step 2: onnx.defs knows no demo::Blur1d, and an Op without a schema writes no node."""
+def op_without_schema():
+    """An Op built without a schema."""
+    return onnxscript.values.Op(onnxscript.values.Opset("demo", 1), "Blur1d")
+
+
+def op_from_the_opset():
+    """The op looked up by name on an Opset, which asks onnx.defs for its schema when called."""
+
+    def call(x, **attributes):
+        return onnxscript.values.Opset("demo", 1).Blur1d(x, **attributes)
+
+    return call
+
+
+@pytest.mark.parametrize(
+    "make_call, expected",
+    [
+        (op_without_schema, "ValueError: OpSchema not found for op 'Blur1d'"),
+        (
+            op_from_the_opset,
+            "SchemaError: No schema registered for 'Blur1d' version '1' and domain 'demo'!",
+        ),
+    ],
+    ids=["Op-without-schema", "Opset-attribute"],
+)
+def test_the_local_schema_is_not_registered_and_is_needed(with_fake_kernel, make_call, expected):
+    """Step 2: onnx.defs knows no demo::Blur1d, and without the local schema no node is written:
+    an Op without one (ValueError), or the op taken from an Opset by name (SchemaError)."""
     example = with_fake_kernel
     assert not onnx.defs.has("Blur1d", "demo")
-    no_schema = onnxscript.values.Op(onnxscript.values.Opset("demo", 1), "Blur1d")
+    call = make_call()
 
     def translation(x, weights, dilation, padding):
-        return no_schema(x, weights=weights, dilation=dilation, padding=padding)
+        return call(x, weights=weights, dilation=dilation, padding=padding)
 
     table = {torch.ops.demo.blur1d.default: translation}
     with pytest.raises(Exception) as caught:
@@ -256,10 +283,29 @@ def test_the_local_schema_is_not_registered_and_is_needed(with_fake_kernel):
         )
     chain, error = [], caught.value
     while error is not None:
-        chain.append(str(error))
+        chain.append(f"{type(error).__name__}: {error}")
         error = error.__cause__
-    assert any("OpSchema not found for op 'Blur1d'" in text for text in chain), chain
+    assert any(expected in text for text in chain), chain
     assert not onnx.defs.has("Blur1d", "demo")
+
+
+def test_without_a_translation_the_converter_finds_no_function(with_fake_kernel):
+    """Step 2: the fake kernel gets the export past torch.export (step 1/3); the converter (step
+    3/3) has no ONNX function for the op."""
+    with pytest.raises(Exception) as caught:
+        torch.onnx.export(
+            with_fake_kernel.Blur().eval(), (torch.randn(2, 3, 16),), dynamo=True, verbose=False
+        )
+    chain, error = [], caught.value
+    while error is not None:
+        chain.append(re.sub(r"\x1b\[[0-9;]*m", "", f"{type(error).__name__}: {error}"))
+        error = error.__cause__
+    assert "This is step 3/3" in chain[0], chain[0]
+    assert any(
+        "DispatchError: No ONNX function found for <OpOverload(op='demo.blur1d', "
+        "overload='default')>" in text
+        for text in chain
+    ), chain
 
 
 def test_the_checker_does_not_check_a_custom_nodes_attributes(run):
