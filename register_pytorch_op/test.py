@@ -7,7 +7,8 @@ torch.utils.cpp_extension (TORCH_LIBRARY; and the legacy torch::RegisterOperator
 material), exports it as one `rknn_cst::cstDualResidual` node with the TorchScript-based exporter
 (dynamo=False), runs it in ONNX Runtime with a Python kernel, records attributes of every kind from
 a second op, keeps the single node under the torch.export-based exporter (dynamo=True) with a fake
-kernel, a local ONNX schema and custom_translation_table, and lists what a runtime must provide.
+kernel, a local ONNX schema and custom_translation_table (the legacy op with the translation
+alone), and lists what a runtime must provide.
 Every python block of README.md is in this file (the page's helpers in ../harness.py); the lines
 around them are the checks. Needs a C++ compiler; without one it exits 77 (SKIP).
 """
@@ -413,7 +414,7 @@ def step6_dynamo():
     need_step1_ops()
     model = DualResidualModel().eval()  # the model and inputs of step 2
     inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-    print("  exporting with dynamo=True: a few seconds per export, five exports")
+    print("  exporting with dynamo=True: a few seconds per export, six exports")
 
     if harness.TORCH < (2, 9):  # torch.export fails on the missing fake kernel; draft export runs
         harness.differs(
@@ -484,6 +485,37 @@ def step6_dynamo():
     assert [n.op_type for n in traced.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
     assert harness.opsets_of(traced) == {"": 18 if harness.TORCH < (2, 9) else 20}
     assert "registered by RegisterOperators" in dispatch
+    # torch.export keeps the legacy op; the exporter's run_decompositions replaces it
+    captured = torch.export.export(legacy_model, inputs, strict=False)
+    assert "cst_legacy.dual_residual.default" in call_targets(captured), call_targets(captured)
+    decomposed = call_targets(captured.run_decompositions())
+    assert not any(t.startswith("cst_legacy.") for t in decomposed), decomposed
+
+    legacy_table = {torch.ops.cst_legacy.dual_residual.default: dual_residual_translation}
+    legacy_kept = torch.onnx.export(
+        legacy_model,
+        inputs,
+        dynamo=True,
+        verbose=False,
+        input_names=["x", "y"],
+        output_names=["x_res", "y_res"],
+        custom_translation_table=legacy_table,
+    )
+    print("  one node again:", [n.op_type for n in legacy_kept.model_proto.graph.node])
+    legacy_kept.save("dual_residual_legacy_dynamo.onnx")
+    legacy_kept.initialize_inference_session(ortx_session)
+    assert_onnx_program(legacy_kept, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
+    print("  dual_residual_legacy_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
+
+    kept = onnx.load("dual_residual_legacy_dynamo.onnx")
+    onnx.checker.check_model(kept, full_check=True)
+    (node,) = kept.graph.node
+    assert (node.domain, node.op_type) == ("rknn_cst", "cstDualResidual")
+    outputs = [(o.name, harness.type_text(o.type)) for o in kept.graph.output]
+    assert outputs == [("x_res", "float32[2,3,4]"), ("y_res", "float32[2,3,4]")], outputs
+    from torch._library.simple_registry import singleton  # where register_fake records
+
+    assert singleton.find("cst_legacy::dual_residual").fake_impl.kernel is None  # no fake kernel
 
 
 # ---------------------------------------------------------------------------------------------
@@ -535,7 +567,7 @@ STEPS = (
 )
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     3: ("dual_residual_untyped.onnx", "dual_residual.onnx"),
-    6: ("dual_residual_dynamo.onnx",),
+    6: ("dual_residual_dynamo.onnx", "dual_residual_legacy_dynamo.onnx"),
 }
 FAILURES = (
     "failures/dual_residual.onnx",  # never written: the export fails (step 2)
@@ -598,6 +630,11 @@ def need_step1_ops() -> None:
     """Steps 2 to 6 use the ops step 1 builds: skip them, with the reason, when step 1 could not."""
     if not hasattr(torch.ops.cst, "dual_residual"):
         raise harness.Skip("needs the C++ ops of step 1")
+
+
+def call_targets(program) -> list[str]:
+    """The ops an ExportedProgram calls, in order."""
+    return [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
 
 
 def held_back(text: str) -> str:

@@ -57,7 +57,13 @@ def python(script: str, cwd, env=None, timeout=900) -> subprocess.CompletedProce
 
 
 @pytest.mark.parametrize(
-    "filename", ["dual_residual_untyped.onnx", "dual_residual.onnx", "dual_residual_dynamo.onnx"]
+    "filename",
+    [
+        "dual_residual_untyped.onnx",
+        "dual_residual.onnx",
+        "dual_residual_dynamo.onnx",
+        "dual_residual_legacy_dynamo.onnx",
+    ],
 )
 def test_one_custom_node_with_two_named_outputs(run, filename):
     model = run.model(filename)
@@ -73,10 +79,8 @@ def test_one_custom_node_with_two_named_outputs(run, filename):
 
 def test_typed_shaped_outputs(run):
     assert output_shapes(run.model("dual_residual.onnx")) == [(TensorProto.FLOAT, [2, 3, 4])] * 2
-    assert (
-        output_shapes(run.model("dual_residual_dynamo.onnx"))
-        == [(TensorProto.FLOAT, [2, 3, 4])] * 2
-    )
+    for dynamo_model in ["dual_residual_dynamo.onnx", "dual_residual_legacy_dynamo.onnx"]:
+        assert output_shapes(run.model(dynamo_model)) == [(TensorProto.FLOAT, [2, 3, 4])] * 2
     untyped = output_shapes(run.model("dual_residual_untyped.onnx"))
     assert [len(dims) for _, dims in untyped] == [3, 3]
     assert all(isinstance(d, str) for _, dims in untyped for d in dims)
@@ -128,6 +132,9 @@ def test_dynamo_traces_through_the_registeroperators_op(run):
     model = run.model("failures/dual_residual_traced_through.onnx")
     assert [n.op_type for n in model.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
     assert "rknn_cst" not in opsets(model)
+    # README step 6: a translation keyed on the legacy op keeps it as one node, no fake kernel
+    assert "  one node again: ['cstDualResidual']" in run.output
+    assert "dual_residual_legacy_dynamo.onnx: ONNX Runtime matches PyTorch" in run.output
 
 
 def test_build_is_announced_and_no_cuda_warning(run):
@@ -196,7 +203,7 @@ def test_a_translation_op_needs_a_schema(run, tmp_path):
 
 def test_tolerances_hold_over_seeds(run):
     """README step 4 and 6: ONNX Runtime with the Python kernel matches the C++ op exactly, for the
-    three models; step 5: the reference Foo is within rtol=atol=1e-5 of foo_forward. Both over SEEDS
+    four models; step 5: the reference Foo is within rtol=atol=1e-5 of foo_forward. Both over SEEDS
     inputs, on the models the run wrote."""
     proc = python(
         f"""
@@ -211,7 +218,12 @@ def test_tolerances_hold_over_seeds(run):
         foo_onnx = onnx.load("failures/foo_all_attributes.onnx")
         foo = ReferenceEvaluator(foo_onnx, new_ops=[example.Foo])
         model = example.DualResidualModel().eval()
-        paths = ["dual_residual.onnx", "dual_residual_untyped.onnx", "dual_residual_dynamo.onnx"]
+        paths = [
+            "dual_residual.onnx",
+            "dual_residual_untyped.onnx",
+            "dual_residual_dynamo.onnx",
+            "dual_residual_legacy_dynamo.onnx",
+        ]
         sessions = {{path: example.ortx_session(path) for path in paths}}
         worst_foo = 0.0
         for seed in range({SEEDS}):
