@@ -5,7 +5,8 @@ Run: python test.py [--out DIR] [-v]
 dynamo=False (the TorchScript-based exporter): a Function that is not inlined becomes a
 `prim::PythonOp` node, and one function registered for `prim::PythonOp` translates them all,
 choosing by the Function's name and arguments. dynamo=True has no PythonOp: each Function becomes a
-torch.library custom op, and one custom_translation_table holds the translations. Every python
+torch.library custom op (a library's Function, by patching its class's apply), and one
+custom_translation_table holds the translations. Every python
 block of README.md is in this file (the page's helpers in ../harness.py); the lines around them are
 the checks.
 """
@@ -78,8 +79,8 @@ def step1_without_symbolic():
         print("  torch warns:", sentences[0] + ".")
         print("   ", sentences[1])
 
-    # autograd_inlining=False (deprecated since torch 2.6; the only export on this page that sets
-    # it) keeps each Function as one prim::PythonOp node: with no rule for it, the export fails.
+    # autograd_inlining=False keeps each Function as one prim::PythonOp node: with no rule for it,
+    # the export fails.
     with expect_error("Couldn't export Python operator MyClip"):
         torch.onnx.export(
             model,
@@ -244,17 +245,9 @@ def my_relu_translation(x):
     return op.Relu(x)
 
 
-class CustomOpModel(torch.nn.Module):
-    def forward(self, x, y):
-        ops = torch.ops.pythonop_demo  # the custom ops of step 4, looked up when forward runs
-        return ops.my_relu(x) + ops.my_clip(y, 0.0) + ops.my_clip(y, 0.5)
-
-
 @harness.needs_torch("2.6", "custom_translation_table and assert_onnx_program came with 2.6")
 def step4_dynamo():
     """The torch.export-based exporter (dynamo=True)"""
-    # torch.export runs each Function's forward and records what it calls: no prim::PythonOp,
-    # and the symbolic registered in step 3 is never consulted.
     x = torch.randn(2, 3)
     for model, path in [
         (ClipThenRelu().eval(), "clip_then_relu_dynamo.onnx"),
@@ -291,6 +284,10 @@ def step4_dynamo():
         torch.ops.pythonop_demo.my_relu.default: my_relu_translation,
     }
 
+    class CustomOpModel(torch.nn.Module):
+        def forward(self, x, y):
+            return my_relu(x) + my_clip(y, 0.0) + my_clip(y, 0.5)
+
     model = CustomOpModel().eval()
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     with expect_error("No ONNX function found for <OpOverload(op='pythonop_demo.my_relu'"):
@@ -305,6 +302,24 @@ def step4_dynamo():
 
     written = harness.show("custom_ops_dynamo.onnx")
     assert sorted(ops) == ["Add", "Add", "Clip", "Relu", "Relu"], ops  # my_clip(y, 0.0): a Relu
+
+    # Each class's apply now calls its custom op; `del` gives the class its own apply back.
+    MyClip.apply = torch.ops.pythonop_demo.my_clip
+    MyRelu.apply = torch.ops.pythonop_demo.my_relu
+    model = ClipThenRelu().eval()  # step 1's model, its code unchanged
+    onnx_program = torch.onnx.export(
+        model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
+    )
+    del MyClip.apply, MyRelu.apply
+    assert_onnx_program(onnx_program, rtol=0, atol=0)
+    onnx_program.save("patched_functions_dynamo.onnx")
+    ops = [node.op_type for node in onnx.load("patched_functions_dynamo.onnx").graph.node]
+    print(f"  patched_functions_dynamo.onnx: matches PyTorch exactly; ops {' '.join(ops)}")
+
+    harness.show("patched_functions_dynamo.onnx")
+    assert "apply" not in vars(MyClip) and "apply" not in vars(MyRelu), "the patch outlived it"
+    # my_clip's Clip and my_relu's Relu, folded into one Clip by the exporter's optimizer
+    assert ops == ["Clip"], ops
     for path in ("clip_then_relu_dynamo.onnx", "two_clips_dynamo.onnx"):
         assert harness.opsets_of(onnx.load(path)) == harness.opsets_of(written), path
     if harness.TORCH < (2, 9):  # dynamo=True's default opset: 18 before 2.9, 20 since
@@ -319,7 +334,12 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: ("inlined.onnx",),
     2: ("pythonop.onnx",),
     3: ("pythonop_by_argument.onnx",),
-    4: ("clip_then_relu_dynamo.onnx", "two_clips_dynamo.onnx", "custom_ops_dynamo.onnx"),
+    4: (
+        "clip_then_relu_dynamo.onnx",
+        "two_clips_dynamo.onnx",
+        "custom_ops_dynamo.onnx",
+        "patched_functions_dynamo.onnx",
+    ),
 }
 FAILURES = (  # only pythonop_old_name.onnx is written: the other exports fail before writing
     "failures/pythonop_no_symbolic.onnx",

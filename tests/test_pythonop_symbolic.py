@@ -28,6 +28,7 @@ MODELS = {
         lambda x, y: x.clamp(min=0) + y.clamp(min=0.0) + y.clamp(min=0.5),
         2,
     ),
+    "patched_functions_dynamo.onnx": CLIP_THEN_RELU,  # the unedited ClipThenRelu, apply patched
 }
 SEEDS = range(20)
 
@@ -100,6 +101,14 @@ def test_dynamo_custom_ops_with_one_table(run):
     assert clip_mins(model) == [0.5]
 
 
+def test_patched_apply_exports_the_translations_folded_into_one_clip(run):
+    """ClipThenRelu, unedited, with MyClip.apply and MyRelu.apply pointed at the custom ops: the
+    translations' Clip(x, -0.5) and Relu, which the exporter's optimizer folds into Clip(x, 0)."""
+    model = run.model("patched_functions_dynamo.onnx")
+    assert ops(model) == ["Clip"]
+    assert clip_mins(model) == [0.0]
+
+
 def test_failures_write_only_the_ignored_registration_and_no_external_data(run):
     """The failing exports stop before writing; the one failure demonstration that exports (the
     `::prim_PythonOp` registration, never called) holds forward's inlined clamps, not the snippet's
@@ -136,7 +145,7 @@ def test_autograd_inlining_is_set_once_on_the_page():
     """The deprecated option appears in one export of the page, the one that shows its error."""
     script = page_script(NAME)
     assert script.count("autograd_inlining=False,") == 1  # the keyword argument, not a comment
-    assert script.count("autograd_inlining") == 2  # and the comment above it, which says why
+    assert script.count("autograd_inlining") == 2  # and the comment above it, which says what
 
 
 @pytest.mark.parametrize("filename", list(MODELS))
@@ -171,6 +180,7 @@ def test_edge_cases_the_readme_names(run, filename):
         "inlined.onnx",
         "pythonop.onnx",
         "clip_then_relu_dynamo.onnx",
+        "patched_functions_dynamo.onnx",
     )  # a Clip, not summed with another term
     assert actual[0, 1] == (np.finfo(np.float32).max if inf_to_max else np.inf)
     assert expected[0, 1] == np.inf
