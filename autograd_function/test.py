@@ -451,7 +451,7 @@ class MyAddOnnxOps(torch.nn.Module):
             two = torch.tensor(2, dtype=a.dtype)
             doubled = torch.onnx.ops.symbolic("Mul", (two, a), dtype=a.dtype, shape=a.shape)
             return torch.onnx.ops.symbolic("Add", (doubled, b), dtype=a.dtype, shape=a.shape)
-        return 2 * a + b
+        return my_lib.my_add(a, b)  # outside the export: step 3's C++ kernel, as before
 
 
 class OnnxOpsUpsample(torch.nn.Module):
@@ -494,10 +494,10 @@ def step6_dynamo():
         print("  MyAddCpp: not tried, step 3 could not build the C++ extension")
     else:
         warned = "Dynamo does not know how to trace the builtin"
-        with harness.quiet(warned):
+        with harness.quiet(warned):  # the warning comes from the second try, strict=True
             with expect_error("but its data is not allocated yet"):
                 torch.onnx.export(MyAddCppModel().eval(), (a, b), dynamo=True, verbose=False)
-        print(f"  warned before the error: UserWarning: {warned} `...my_add.`")
+        show_the_two_tries(MyAddCppModel().eval(), (a, b), warned)
 
     x = torch.rand(1, 3, 16, 16)
     factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
@@ -534,19 +534,22 @@ def step6_dynamo():
         # what dynamo=True tries first, called yourself: its own error, on any torch
         torch.export.export(sr_function, (x, factor3), strict=False)
 
-    onnx_program = torch.onnx.export(MyAddOnnxOps().eval(), (a, b), dynamo=True, verbose=False)
-    onnx_program.save("my_add_onnx_ops_dynamo.onnx")
-    ops = [node.op_type for node in onnx.load("my_add_onnx_ops_dynamo.onnx").graph.node]
-    print(f"  my_add_onnx_ops_dynamo.onnx: torch.onnx.ops.symbolic wrote {ops}")
-    (actual,) = run_ort("my_add_onnx_ops_dynamo.onnx", {"a": a.numpy(), "b": b.numpy()})
-    compare("my_add_onnx_ops_dynamo.onnx", actual, MyAddOnnxOps()(a, b), rtol=0, atol=0)
+    if my_lib is None:  # outside the export, MyAddOnnxOps calls step 3's C++ extension
+        print("  MyAddOnnxOps: not tried, step 3 could not build the C++ extension")
+    else:
+        onnx_program = torch.onnx.export(MyAddOnnxOps().eval(), (a, b), dynamo=True, verbose=False)
+        onnx_program.save("my_add_onnx_ops_dynamo.onnx")
+        ops = [node.op_type for node in onnx.load("my_add_onnx_ops_dynamo.onnx").graph.node]
+        print(f"  my_add_onnx_ops_dynamo.onnx: torch.onnx.ops.symbolic wrote {ops}")
+        (actual,) = run_ort("my_add_onnx_ops_dynamo.onnx", {"a": a.numpy(), "b": b.numpy()})
+        compare("my_add_onnx_ops_dynamo.onnx", actual, MyAddOnnxOps()(a, b), rtol=0, atol=0)
 
-    written = harness.show("my_add_onnx_ops_dynamo.onnx")
-    assert ops == ["Mul", "Add"] and harness.opsets_of(written)[""] == opset, ops
-    # Why not assert_onnx_program: in the exported program, torch.onnx.ops.symbolic returns zeros
-    placeholder = onnx_program.exported_program.module()(a, b)
-    assert not placeholder.any(), placeholder
-    print("  the exported program computes zeros in place of each torch.onnx.ops node")
+        written = harness.show("my_add_onnx_ops_dynamo.onnx")
+        assert ops == ["Mul", "Add"] and harness.opsets_of(written)[""] == opset, ops
+        # Why not assert_onnx_program: in the exported program, torch.onnx.ops.symbolic gives zeros
+        placeholder = onnx_program.exported_program.module()(a, b)
+        assert not placeholder.any(), placeholder
+        print("  the exported program computes zeros in place of each torch.onnx.ops node")
 
     with harness.quiet() as held:  # torch 2.8 logs its draft export, prints the graph it traced
         sr_dynamo = SuperResolution(OnnxOpsUpsample()).eval()
@@ -574,6 +577,30 @@ def step6_dynamo():
     model = harness.show("super_resolution_dynamo.onnx")
     assert [i.name for i in model.graph.input] == ["x", "factor"]
     assert [n.op_type for n in model.graph.node if n.op_type not in ("Conv", "Relu")] == ["Resize"]
+
+
+def show_the_two_tries(model, inputs, warned):
+    """dynamo=True tries torch.export.export with strict=False (no Dynamo), then strict=True
+    (Dynamo), and raises the first try's error: each try's error and warnings, in that order."""
+    tries = []
+    torch._dynamo.utils.warn_once_cache.clear()  # Dynamo warns once per process: warn again here
+    for strict in (False, True):
+        with harness.quiet() as held:  # what each try logs and warns
+            try:
+                torch.export.export(model, inputs, strict=strict)
+            except Exception as error:  # noqa: BLE001 - each try's error is what is shown
+                failed = error
+            else:
+                raise AssertionError(f"torch.export.export(strict={strict}) did not fail")
+        tries.append((str(failed), held))
+    (first, first_held), (second, second_held) = tries
+    assert "but its data is not allocated yet" in first, first
+    assert warned not in first_held[0], first_held[0]  # no Dynamo in the first try
+    assert "Attempted to call function marked as skipped" in second, second
+    assert warned in second_held[0], second_held[0]
+    print("  1st try, strict=False (no Dynamo): ... its data is not allocated yet.")
+    print(f"  2nd try, strict=True: UserWarning: {warned} `...my_add.`")
+    print("    then Unsupported: Attempted to call function marked as skipped")
 
 
 def export_the_function_model(sr_function, x, factor3):

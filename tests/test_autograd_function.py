@@ -130,6 +130,38 @@ def test_cpp_call_without_a_function_is_a_constant_of_zeros(run):
     assert "my_lib.my_add_aten traced as ['aten::mul', 'aten::add']" in run.output
 
 
+def test_dynamo_true_raises_its_first_try_and_only_the_second_uses_dynamo(run):
+    """Step 6: the C++ call fails in torch.export's strict=False try (fake tensors, no Dynamo); the
+    Dynamo warning and `Unsupported` come from the strict=True try after it."""
+    lines = run.output.splitlines()
+    first = lines.index("  1st try, strict=False (no Dynamo): ... its data is not allocated yet.")
+    assert "Dynamo does not know how to trace the builtin" in lines[first + 1]
+    assert lines[first + 1].startswith("  2nd try, strict=True: UserWarning:")
+    assert "Unsupported: Attempted to call function marked as skipped" in lines[first + 2]
+    # the error the export reports is the first try's
+    assert "but its data is not allocated yet" in lines[first - 1]
+
+
+def test_the_onnx_ops_fix_calls_the_cpp_kernel_outside_the_export(monkeypatch):
+    """MyAddOnnxOps runs the reader's C++ kernel (step 3's my_lib.my_add) outside the export, and
+    torch.onnx.ops.symbolic's nodes under it: the export never calls the kernel."""
+    calls = []
+
+    class Kernel:  # stands in for the compiled extension
+        @staticmethod
+        def my_add(a, b):
+            calls.append((a, b))
+            return 2 * a + b
+
+    monkeypatch.setattr(example, "my_lib", Kernel)
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    torch.testing.assert_close(example.MyAddOnnxOps()(a, b), 2 * a + b)
+    assert len(calls) == 1
+    calls.clear()
+    program = torch.onnx.export(example.MyAddOnnxOps().eval(), (a, b), dynamo=True, verbose=False)
+    assert not calls and [n.op_type for n in program.model_proto.graph.node] == ["Mul", "Add"]
+
+
 @pytest.mark.parametrize(
     "filename, dtype", [("my_relu.onnx", np.float32), ("my_relu_float64.onnx", np.float64)]
 )
@@ -295,6 +327,8 @@ def test_without_a_compiler_the_rest_runs_and_it_skips(tmp_path):
     assert "SKIP step 3: no C++ compiler: 'no-such-compiler' is not on PATH" in proc.stdout
     assert proc.stdout.rstrip().splitlines()[-1].startswith("SKIP: step 3: no C++ compiler")
     assert "MyAddCpp: not tried, step 3 could not build the C++ extension" in proc.stdout
+    assert "MyAddOnnxOps: not tried, step 3 could not build the C++ extension" in proc.stdout
+    assert not (tmp_path / "my_add_onnx_ops_dynamo.onnx").exists()
     assert (tmp_path / "super_resolution_dynamo.onnx").is_file()  # the steps after it still ran
     assert not (tmp_path / "my_add_cpp.onnx").exists()
     assert "Traceback" not in proc.stdout + proc.stderr
