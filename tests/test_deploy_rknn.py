@@ -81,6 +81,9 @@ def test_custom_nodes_and_opset_as_rknn_reads_them(run, name):
     model = run.model(name)
     # RKNN-Toolkit2 2.5.0 reads opsets up to 19, and takes the first opset import for the model's.
     assert (model.opset_import[0].domain, model.opset_import[0].version) == ("", 19)
+    # rknn_cst at version 1 where a custom node is, with no custom_opsets (step 2)
+    custom = {"": 19} if name.startswith("deform_conv") else {"": 19, "rknn_cst": 1}
+    assert {o.domain: o.version for o in model.opset_import} == custom
     ops = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
     expected = {
         "threshold": ["rknn_cst.cstThreshold"],
@@ -197,6 +200,134 @@ def test_the_per_element_check_catches_what_the_largest_output_allowance_lets_th
         assert verdicts["x*1.02 where x passes"] == ["passes", "fails"]
 
 
+def run_in_rknn_environment(code: str, cwd: pathlib.Path) -> str:
+    """CODE under RKNN's interpreter in CWD: what it printed, both streams, colour codes removed."""
+    proc = subprocess.run(
+        [str(rknn_python()), "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=CHILD_ENV,
+    )
+    output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    assert proc.returncode == 0, output[-3000:]
+    return output
+
+
+def test_dynamo_false_without_opset_version_writes_what_rknn_refuses(run, tmp_path):
+    """The opening: on torch >= 2.9 a plain dynamo=False export writes opset 20 too (the default,
+    ONNX_DEFAULT_OPSET), which load_onnx refuses; step 2 passes opset_version=19."""
+    export = """
+import torch, onnx
+from torch.onnx import register_custom_op_symbolic
+from torch.onnx.symbolic_helper import parse_args
+
+@parse_args("v", "f", "f")
+def threshold_symbolic(g, x, threshold, value):
+    out = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+    out.setType(x.type())
+    return out
+
+register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
+model = torch.nn.Threshold(0.1, 20.0).eval()
+torch.onnx.export(model, (torch.randn(1, 3, 10, 10),), "plain.onnx", dynamo=False)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", export], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import torch
+
+    opsets = {o.domain: o.version for o in onnx.load(tmp_path / "plain.onnx").opset_import}
+    assert opsets == {"": torch.onnx._constants.ONNX_DEFAULT_OPSET, "rknn_cst": 1}
+    if tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 9):
+        pytest.skip(f"torch {torch.__version__} writes opset {opsets['']} by default, not 20")
+    assert opsets[""] == 20
+    load = """
+from rknn.api import RKNN
+rknn = RKNN()
+rknn.config(target_platform="rk3588")
+try:
+    rknn.load_onnx(model="plain.onnx")
+except ValueError:
+    print("load_onnx raised")
+"""
+    output = run_in_rknn_environment(load, tmp_path)
+    assert "load_onnx raised" in output
+    assert "Unsupport onnx opset 20, need <= 19!" in output
+
+
+# Step 5 and step 8's claims about reg_custom_op's names and its warning, in a fresh process.
+REGISTRATIONS = """
+from rknn.api import RKNN
+
+class Base:
+    def shape_infer(self, node, in_shapes, in_dtypes):
+        return in_shapes.copy(), in_dtypes.copy()
+
+    def compute(self, node, inputs):
+        return [inputs[0]]
+
+class Relu(Base):
+    op_type = "Relu"  # a standard ONNX op
+
+class myThreshold(Base):
+    op_type = "myThreshold"  # no cst prefix
+
+assert "is recommended to start with 'cst'" in RKNN.reg_custom_op.__doc__
+rknn = RKNN()
+print("myThreshold returned", rknn.reg_custom_op(myThreshold()))
+print("---")
+print("Relu returned", rknn.reg_custom_op(Relu()))
+"""
+
+
+def test_reg_custom_op_names_and_its_warning(run, tmp_path):
+    """The cst prefix is the docstring's recommendation, not a rule; the refusal warning (and its
+    second line, about standard ONNX ops) is the same for a standard op_type as for a duplicate."""
+    output = run_in_rknn_environment(REGISTRATIONS, tmp_path)
+    before, after = output.split("---", 1)
+    assert "myThreshold returned 0" in before and "is invalid" not in before, output[-3000:]
+    assert "Relu returned 0" in after
+    assert "The op_type = 'Relu' is invalid, Ignore this call!" in after
+    second_line = "If you only need to overwrite the runtime implementation of the existing ONNX OP"
+    assert second_line in after
+
+
+# Step 4: what RKNN hands ONNX Runtime when it folds constants (watched through the session's
+# constructor): the graph without the rknn_cst import, until a class is registered.
+FOLDING = """
+import onnx
+from onnxruntime.capi import onnxruntime_inference_collection as collection
+from rknn.api import RKNN
+
+create = collection.InferenceSession._create_inference_session
+
+def watched(self, *args, **kwargs):
+    model = onnx.load_from_string(self._model_bytes)
+    print("session for", sorted(o.domain for o in model.opset_import),
+          [n.op_type for n in model.graph.node])
+    return create(self, *args, **kwargs)
+
+collection.InferenceSession._create_inference_session = watched
+rknn = RKNN()
+rknn.config(target_platform="rk3588")
+assert rknn.load_onnx(model="threshold.onnx") == 0
+try:
+    rknn.build(do_quantization=False)
+except ValueError:
+    print("build raised")
+"""
+
+
+def test_rknn_folds_constants_on_a_copy_without_the_custom_import(run):
+    output = run_in_rknn_environment(FOLDING, run.out)
+    assert "session for [''] ['cstThreshold']" in output, output[-3000:]
+    assert "build raised" in output and "No opset import for domain 'rknn_cst'" in output
+    assert [o.domain for o in run.model("threshold.onnx").opset_import] == ["", "rknn_cst"]
+
+
 def test_both_exporters_give_the_same_numbers(results):
     for name in KEPT[::2]:
         assert (
@@ -234,6 +365,7 @@ def test_registration_per_process_and_load_rknn_on_the_simulator(run, results):
     assert evidence["second_registration"] == (
         "The op_type = 'cstThreshold' is invalid, Ignore this call!"
     )
+    assert evidence["second_line"].startswith("If you only need to overwrite the runtime")
     assert evidence["load_rknn_on_simulator"] == (
         "RKNN model that loaded by 'load_rknn' not support inference on the simulator"
     )
