@@ -1,7 +1,8 @@
 """What dynamic_shapes/test.py writes (the dims of every file, read back from its --out), its
-tolerances on 20 seeds at the six sizes, and the README's claims that one run does not show: the
-flags explicit capture sets, torch.onnx.ops' zeros in an exported program, a fixed fake kernel on
-its own, the exporter's made-up dim names, and RKNN-Toolkit2's documented options."""
+tolerances on 20 seeds at the six sizes, and the README's claims that one run does not show: a
+string in dynamic_shapes is Dim.DYNAMIC, the flags explicit capture sets, torch.onnx.ops' zeros in
+an exported program, a fixed fake kernel on its own, the exporter's made-up dim names, and
+RKNN-Toolkit2's documented options."""
 
 from __future__ import annotations
 
@@ -118,6 +119,16 @@ def test_steps_json_says_every_step_runs_on_the_pinned_torch(run):
 
 
 # ---- The README's claims about torch, on the pinned torch ----
+
+
+def test_a_string_in_dynamic_shapes_is_dim_dynamic_and_names_the_dim():
+    """Step 3: in one torch.onnx.export call a string marks the dim Dim.DYNAMIC for torch.export,
+    and the exporter renames the file's dims after the strings."""
+    from torch.onnx._internal.exporter import _dynamic_shapes
+
+    converted, rename = _dynamic_shapes.convert_str_to_export_dim({"x": {0: "batch", 2: "length"}})
+    dynamic = torch.export.Dim.DYNAMIC
+    assert converted == {"x": {0: dynamic, 2: dynamic}} and rename
 
 
 def test_explicit_capture_sets_is_exporting_not_is_in_onnx_export():
