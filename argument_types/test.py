@@ -72,6 +72,10 @@ TORCH_LIBRARY(argdemo, m) {
 TORCH_LIBRARY_IMPL(argdemo, CPU, m) {
   m.impl("all_kinds", &all_kinds);
 }
+
+// Legacy, for step 6 only: the same kernel registered with torch::RegisterOperators, which
+// infers the schema from the C++ signature. Do not copy this line into new code.
+static auto legacy = torch::RegisterOperators().op("argdemo_legacy::all_kinds", &all_kinds);
 """
 
 
@@ -103,6 +107,7 @@ def step1_cpp_op():
     print("  C++ schema:", torch.ops.argdemo.all_kinds.default._schema)
 
     assert str(torch.ops.argdemo.all_kinds.default._schema) == CPP_SCHEMA
+    assert str(torch.ops.argdemo_legacy.all_kinds.default._schema) == LEGACY_SCHEMA  # step 6's
 
     x = torch.randn(2, 3, 4, 5)
     with expect_error('all_kinds: mode must be "sum" or "max"'):
@@ -184,7 +189,7 @@ ALL_KINDS_SCHEMA = onnx.defs.OpSchema(
     attributes=[
         Attribute("alpha", AttrType.FLOAT, "float"),
         Attribute("k", AttrType.INT, "int"),
-        Attribute("flag", AttrType.INT, "bool: ONNX has no bool attribute, so 0 or 1"),
+        Attribute("flag", AttrType.INT, "bool, as 0 or 1"),
         Attribute("mode", AttrType.STRING, "str: sum or max"),
         Attribute("dims", AttrType.INTS, "int[]"),
         Attribute("scales", AttrType.FLOATS, "float[]"),
@@ -242,7 +247,7 @@ def step3_the_node():
         op_type="argdemo::AllKinds",
         inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],  # x, bias: a fixed count
         outputs=[PyCustomOpDef.dt_float],
-        # Scalars only: there is no type for INTS or FLOATS, and an ONNX bool is an INT.
+        # Scalars only: there is no type for INTS or FLOATS.
         attrs={
             "alpha": PyCustomOpDef.dt_float,
             "k": PyCustomOpDef.dt_int64,
@@ -461,7 +466,7 @@ def all_kinds_symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
         *inputs,
         alpha_f=alpha,  # float -> FLOAT
         k_i=k,  # int -> INT
-        flag_i=flag,  # bool -> INT (ONNX has no bool attribute)
+        flag_i=flag,  # bool -> INT
         mode_s=mode,  # str -> STRING
         dims_i=dims,  # list of ints -> INTS
         scales_f=scales,  # list of floats -> FLOATS
@@ -470,12 +475,31 @@ def all_kinds_symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
     return y
 
 
+# For a torch::RegisterOperators op: take the float list as "v", read each element's constant.
+@parse_args("v", "v", "f", "i", "b", "s", "is", "v")
+def all_kinds_legacy_symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
+    scales = [element.node().t("value").item() for element in scales.node().inputs()]
+    return all_kinds_symbolic(g, x, bias, alpha, k, flag, mode, dims, scales)
+
+
 def step6_parse_args():
     """dynamo=False: a symbolic with parse_args"""
     need_the_op_and_the_kernel()
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)  # step 4's models and inputs
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
+
+    with harness.quiet():  # the exporter's dump of the graph at the failure ('Torch IR graph ...')
+        legacy_model = AllKindsModel(torch.ops.argdemo_legacy.all_kinds, **WITH_BIAS).eval()
+        register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_symbolic, 18)
+        with expect_error("does not know how to unpack the ListConstruct node"):
+            torch.onnx.export(
+                legacy_model,
+                (x, bias),
+                "failures/all_kinds_legacy.onnx",
+                dynamo=False,
+                opset_version=18,
+            )
 
     register_custom_op_symbolic("argdemo::all_kinds", all_kinds_symbolic, 18)
     for path, m, args, names in [
@@ -490,7 +514,6 @@ def step6_parse_args():
             opset_version=18,
             input_names=names,
             output_names=["y"],
-            custom_opsets={"argdemo": 1},
         )
         print_node(path)
 
@@ -508,6 +531,21 @@ def step6_parse_args():
 
     reference_matches("all_kinds.onnx", model, x, bias)  # dims and scales too
 
+    register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_legacy_symbolic, 18)
+    torch.onnx.export(
+        legacy_model,
+        (x, bias),
+        "all_kinds_legacy.onnx",
+        dynamo=False,
+        opset_version=18,
+        input_names=["x", "bias"],
+        output_names=["y"],
+    )
+    print_node("all_kinds_legacy.onnx")
+
+    check_node("all_kinds_legacy.onnx", ["x", "bias"], WITH_BIAS, same_as="all_kinds.onnx")
+    reference_matches("all_kinds_legacy.onnx", legacy_model, x, bias)
+
 
 # 7. dynamo=False: what an autograd.Function's symbolic receives -------------------------------
 
@@ -520,7 +558,7 @@ class AllKindsFunction(torch.autograd.Function):
     @staticmethod
     def symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
         # No parse_args: tensors arrive as Values, the rest as the Python objects forward got,
-        # and an omitted Tensor? as None. Never hand None to g.op: it crashes the interpreter.
+        # and an omitted Tensor? as None, which g.op must not get: leave it out.
         received = kinds(x, bias, alpha, k, flag, mode, dims, scales)
         print("  AllKindsFunction.symbolic received:", received)
         inputs = [x] if bias is None else [x, bias]
@@ -557,7 +595,6 @@ def step7_function_symbolic():
             opset_version=18,
             input_names=names,
             output_names=["y"],
-            custom_opsets={"argdemo": 1},
         )
         print_node(path)
 
@@ -581,7 +618,7 @@ STEPS = (
 KEPT = {  # what each step writes and claims valid (checked, and matched against PyTorch)
     4: ("all_kinds_dynamo.onnx", "all_kinds_dynamo_no_bias.onnx"),
     5: ("all_kinds_standard.onnx", "all_kinds_standard_no_bias.onnx"),
-    6: ("all_kinds.onnx", "all_kinds_no_bias.onnx"),
+    6: ("all_kinds.onnx", "all_kinds_no_bias.onnx", "all_kinds_legacy.onnx"),
     7: ("all_kinds_function.onnx", "all_kinds_function_no_bias.onnx"),
 }
 FAILURES = ()  # every error here is raised before a file is written
@@ -607,6 +644,12 @@ CAUSES = {
         "onnxruntime-extensions' `PyCustomOpDef` has no optional input: a kernel declared with two "
         "inputs refuses the node without `bias`",
     ),
+    "does not know how to unpack the ListConstruct node": (
+        "dynamo=False",
+        '`parse_args("fs")` on an op registered with `torch::RegisterOperators` (legacy): its '
+        "traced float list stays a `prim::ListConstruct`; register the op with `TORCH_LIBRARY`, "
+        'or take the list as `"v"` and read each element\'s constant',
+    ),
 }
 
 
@@ -623,6 +666,10 @@ def main(argv: list[str] | None = None) -> int:
 CPP_SCHEMA = (
     "argdemo::all_kinds(Tensor x, Tensor? bias, float alpha, int k, bool flag, str mode, "
     "int[] dims, float[] scales) -> Tensor"
+)
+LEGACY_SCHEMA = (  # torch::RegisterOperators infers the schema, with names _0, _1, ...
+    "argdemo_legacy::all_kinds(Tensor _0, Tensor? _1, float _2, int _3, bool _4, str _5, "
+    "int[] _6, float[] _7) -> Tensor _0"
 )
 PY_SCHEMA = (
     "argdemo::all_kinds_py(Tensor x, Tensor? bias, float alpha, SymInt k, bool flag, str mode, "

@@ -46,6 +46,7 @@ NO_BIAS = {
 CUSTOM_NODE_MODELS = [
     ("all_kinds.onnx", "parse_args symbolic", ["x", "bias"], WITH_BIAS),
     ("all_kinds_no_bias.onnx", "parse_args symbolic", ["x"], NO_BIAS),
+    ("all_kinds_legacy.onnx", '"v" symbolic, RegisterOperators op', ["x", "bias"], WITH_BIAS),
     ("all_kinds_function.onnx", "autograd.Function.symbolic", ["x", "bias"], WITH_BIAS),
     ("all_kinds_function_no_bias.onnx", "autograd.Function.symbolic", ["x"], NO_BIAS),
     ("all_kinds_dynamo.onnx", "custom_translation_table", ["x", "bias"], WITH_BIAS),
@@ -131,6 +132,8 @@ def test_every_exporter_writes_the_same_node(run):
             for stem in ("all_kinds", "all_kinds_function")
         ]
         nodes.append(run.model(f"all_kinds_dynamo{suffix}.onnx").graph.node[0])
+        if with_bias:  # step 6's RegisterOperators op, with the "v" workaround
+            nodes.append(run.model("all_kinds_legacy.onnx").graph.node[0])
         assert len({tuple(n.input) for n in nodes}) == 1
         assert all(attributes(n) == attributes(nodes[0]) for n in nodes)
 
@@ -162,8 +165,8 @@ def test_what_each_mechanism_receives(run):
     out = run.output
     scalars = "float, int, bool, str, list[int], list[float]"
     assert (
-        out.count(f"all_kinds_symbolic received: Value, Value, {scalars}") == 2
-    )  # even an omitted bias
+        out.count(f"all_kinds_symbolic received: Value, Value, {scalars}") == 3
+    )  # even an omitted bias; the third through all_kinds_legacy_symbolic
     assert f"AllKindsFunction.symbolic received: Value, Value, {scalars}" in out
     assert f"AllKindsFunction.symbolic received: Value, NoneType, {scalars}" in out
     assert f"all_kinds_translation received: SymbolicTensor, SymbolicTensor, {scalars}" in out
@@ -195,6 +198,8 @@ def test_build_and_comparison_lines(run):
         for bias in ("", "_no_bias")
     ]:
         assert f"  {name} (onnx.reference): matches PyTorch (max abs diff " in out, name
+    assert "  all_kinds_legacy.onnx (onnx.reference): matches PyTorch (max abs diff " in out
+    assert "  all_kinds_legacy.onnx: the very node of all_kinds.onnx" in out
     # dynamo=True: assert_onnx_program in ONNX Runtime (with the Python kernel for the custom node)
     assert "  all_kinds_dynamo.onnx: ONNX Runtime with the Python kernel matches PyTorch" in out
     assert "  all_kinds_standard.onnx: matches PyTorch; Mul Add Mul Relu ReduceSum Add" in out
@@ -410,9 +415,9 @@ def test_float_list_descriptor_depends_on_how_the_op_was_registered(
     """Step 6: "fs" reads a float list from a schema-string op (TORCH_LIBRARY, custom_op), where
     the traced list is folded into one onnx::Constant. torch::RegisterOperators gives an op
     CONSERVATIVE alias analysis (it may write to its lists), so the list stays a
-    prim::ListConstruct: "fs" fails, and "v" plus reading each element's constant
-    (../register_pytorch_op/) works. That workaround, on a schema-string op, finds a Constant with
-    no inputs and writes an empty list without a word."""
+    prim::ListConstruct: "fs" fails, and "v" plus reading each element's constant works (step 6
+    shows both with a C++ RegisterOperators op). That workaround, on a schema-string op, finds a
+    Constant with no inputs and writes an empty list without a word (the page only says so)."""
     from torch.onnx import register_custom_op_symbolic
     from torch.onnx.symbolic_helper import parse_args
 
@@ -556,7 +561,7 @@ def test_g_op_attribute_suffixes(tmp_path, keyword, value, expected_type, dims):
 
 
 @TORCHSCRIPT_DEPRECATION
-@pytest.mark.parametrize("keyword, value", [("a_b", True), ("a_is", [1, 2]), ("a_fs", [1.0])])
+@pytest.mark.parametrize("keyword, value", [("flag_b", True), ("a_is", [1, 2]), ("a_fs", [1.0])])
 def test_g_op_has_no_other_suffix(tmp_path, keyword, value):
     """Step 6: no _b, and no plural suffix: the list itself makes the attribute plural."""
     with pytest.raises(ValueError, match=f"Invalid attribute specifier '{keyword}'"):
