@@ -456,12 +456,13 @@ class _Tee:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_problem() -> str:
-    """Why torch.utils.cpp_extension cannot build here ('' when it can): a Skip reason."""
+def build_problem(python_headers: bool = True) -> str:
+    """Why C++ cannot be built here with ninja ('' when it can): a Skip reason. A library that does
+    not link Python (deploy_openvino's) passes python_headers=False."""
     compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
+    if shutil.which(compiler.split()[0]) is None:
         return f"no C++ compiler: {compiler!r} is not on PATH (install g++, or set CXX)"
-    if not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file():
+    if python_headers and not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file():
         return "no Python headers (Python.h): install your Python's development package"
     # cpp_extension runs `ninja` from PATH. A venv used without activation has it only beside its
     # python, where activation would have put it on PATH: look there too.

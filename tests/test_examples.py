@@ -429,3 +429,19 @@ def test_every_anchor_names_a_heading():
             ):
                 problems.append(f"{page.relative_to(ROOT)} -> {target}#{fragment}")
     assert not problems, "links to no heading: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_test_py_holds_no_copy_of_the_harness(name):
+    """What every test.py shares lives in harness.py: no test.py defines a function or class of the same
+    name, or builds its own command line."""
+    harness_names = {
+        node.name
+        for node in ast.parse(HARNESS).body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name not in harness_helpers()
+    }
+    tree = ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8"))
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    copied = sorted(defined & harness_names)
+    assert not copied, f"{name}/test.py defines what harness.py has: {copied}"
+    assert "argparse" not in bound_names(tree), f"{name}/test.py parses its own command line"
