@@ -361,6 +361,22 @@ def op_types(path) -> list[str]:
     ]
 
 
+def attributes(node) -> dict[str, tuple[str, object]]:
+    """{name: (ONNX attribute type, value)} of a node: strings decoded, floats at float32 precision
+    (as the file stores them), so that they compare with the values the model was built with."""
+    table = {}
+    for a in node.attribute:
+        value = onnx.helper.get_attribute_value(a)
+        if isinstance(value, bytes):
+            value = value.decode()
+        elif isinstance(value, float):
+            value = float(np.float32(value))
+        elif isinstance(value, list):
+            value = [float(np.float32(v)) if isinstance(v, float) else v for v in value]
+        table[a.name] = (onnx.AttributeProto.AttributeType.Name(a.type), value)
+    return table
+
+
 def opsets_of(model) -> dict[str, int]:
     return {o.domain: o.version for o in model.opset_import}
 

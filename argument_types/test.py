@@ -718,21 +718,6 @@ def need_the_op_and_the_kernel() -> None:
         raise harness.Skip(harness.ortx_problem())
 
 
-def attribute_table(node: onnx.NodeProto) -> dict[str, tuple[str, object]]:
-    """{name: (ONNX attribute type, value)}, floats at float32 precision, strings decoded."""
-    table = {}
-    for a in node.attribute:
-        value = onnx.helper.get_attribute_value(a)
-        if isinstance(value, bytes):
-            value = value.decode()
-        elif isinstance(value, float):
-            value = float(np.float32(value))
-        elif isinstance(value, list):
-            value = [float(np.float32(v)) if isinstance(v, float) else v for v in value]
-        table[a.name] = (onnx.AttributeProto.AttributeType.Name(a.type), value)
-    return table
-
-
 def check_node(path: str, inputs: list[str], values: dict, same_as: str = "") -> None:
     """The full checker, then one argdemo.AllKinds node on `inputs`, each attribute of the schema's
     ONNX type and the model's value (and, with same_as, the very node another file holds)."""
@@ -742,7 +727,7 @@ def check_node(path: str, inputs: list[str], values: dict, same_as: str = "") ->
     assert list(node.input) == inputs, (path, list(node.input))
     assert [o.name for o in model.graph.output] == ["y"], path
     assert harness.opsets_of(model) == {"": 18, "argdemo": 1}, harness.opsets_of(model)
-    table = attribute_table(node)
+    table = harness.attributes(node)
     expected = {
         name: (ATTRIBUTE_TYPES[name], int(v) if isinstance(v, bool) else v)
         for name, v in values.items()
@@ -750,7 +735,7 @@ def check_node(path: str, inputs: list[str], values: dict, same_as: str = "") ->
     assert table == expected, (path, table, expected)
     if same_as:
         other = onnx.load(same_as).graph.node[0]
-        assert list(other.input) == inputs and attribute_table(other) == table, (path, same_as)
+        assert list(other.input) == inputs and harness.attributes(other) == table, (path, same_as)
         print(f"  {path}: the very node of {same_as}")
 
 

@@ -7,7 +7,8 @@ It takes test.py's ops, models and extensions (test.py runs nothing at import) a
 three mid-graph models at 1x3xNxN (64 and 512) with dynamo=True (torch >= 2.6): once with the
 rknn_cst nodes, once with each op translated into standard ONNX ops. It builds (or reuses)
 test.py's C++ library in DIR, compiles every model for the CPU in f32, and prints the median time
-of an inference as a Markdown table (README.md shows one, under Notes).
+of an inference as a Markdown table (README.md shows one, under Notes), with the machine's load
+average, since other work on a shared machine slows every column.
 """
 
 from __future__ import annotations
@@ -148,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cores = os.cpu_count()
     cpu = cpp_ops.get_property("CPU", "FULL_DEVICE_NAME")
+    load = os.getloadavg()[0]  # other work on the machine: the times are worth what it leaves
     print(f"\n{cpu}, {cores} logical cores, {platform.machine()}; openvino {ov.__version__};")
+    print(f"load average {load:.1f} at the end (1 = one core busy);")
     print(f"the median of {args.runs} inferences (taking turns), f32, input 1x3xHxW:\n")
     print("| model | H x W | C++ kernel | Python op | standard ops |")
     print("| --- | --- | --- | --- | --- |")

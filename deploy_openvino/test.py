@@ -7,13 +7,14 @@ rknn_cst::Foo with a float-list attribute), each alone and between Convs, with d
 dynamo=True, are read by OpenVINO's ONNX frontend: first without an extension (it refuses them, and
 the Conv after each), then with an openvino.Op subclass per op in Python, then with the same ops in
 C++ (ov::op::Op and ov::frontend::onnx::OpExtension), compiled with ninja against the openvino
-wheel's own headers and library into DIR/libcst_ops.so. Every python block of README.md is in this
-file (the page's helpers in ../harness.py); the lines around them are the checks.
+wheel's own headers and library into DIR/libcst_ops.so, run at fixed and at open input sizes, and
+loaded by a C++ program, DIR/cst_host. Every python block of README.md is in this file (the page's
+helpers in ../harness.py); the lines around them are the checks.
 """
 
 import os
 import pathlib
-import shutil
+import platform
 import subprocess
 import sys
 import time
@@ -38,8 +39,7 @@ from harness import compare, expect_error  # noqa: E402
 # ---------------------------------------------------------------------------------------------
 
 
-# register_pytorch_op's two ops, in Python here (that folder builds cst::dual_residual and
-# cst::foo_forward in C++; another namespace lets both load in one process).
+# cst_py, not register_pytorch_op's cst: that folder's C++ ops can load in the same process
 @torch.library.custom_op("cst_py::dual_residual", mutates_args=())
 def dual_residual(
     x: torch.Tensor, y: torch.Tensor, alpha: float
@@ -52,7 +52,6 @@ def _(x, y, alpha):
     return torch.empty_like(x), torch.empty_like(y)
 
 
-# typing.Sequence, not list[float]: torch 2.4's custom_op accepts only the former.
 @torch.library.custom_op("cst_py::foo_forward", mutates_args=())
 def foo_forward(
     x: torch.Tensor,
@@ -99,8 +98,6 @@ class MidGraph(torch.nn.Module):
         return self.after(torch.cat(y, dim=1) if isinstance(y, tuple) else y)
 
 
-# The symbolics of register_onnx_symbolic (cstThreshold) and register_pytorch_op (the others):
-# one rknn_cst node each, its attributes typed by the keyword's suffix, its outputs by setType.
 @parse_args("v", "f", "f")
 def threshold_symbolic(g, x, threshold, value):
     y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
@@ -132,7 +129,6 @@ def step1_export_dynamo_false():
     global MODELS, EXPORTED
     torch.manual_seed(0)
     x, y = torch.randn(1, 3, 16, 16), torch.randn(1, 3, 16, 16)
-    # Each fake kernel against its op: schema, fake tensors, torch.export's dispatch
     torch.library.opcheck(dual_residual, (x, y, 0.5))
     torch.library.opcheck(foo_forward, (x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3]))
 
@@ -173,8 +169,6 @@ def step1_export_dynamo_false():
 # 2. The same nodes with dynamo=True
 # ---------------------------------------------------------------------------------------------
 
-# Local schemas: each names the node's inputs, outputs and attributes for onnxscript, without
-# registering anything in ONNX's process-wide registry.
 Schema = onnx.defs.OpSchema
 FLOAT32 = [("T", ["tensor(float)"], "float32 tensors")]
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
@@ -208,8 +202,7 @@ FooOp = onnxscript.values.Op(
 )
 
 
-# Each translation is named after the ATen schema's parameters (`self` for threshold): torch 2.8
-# matches translations by parameter name.
+# `self`, as aten::threshold names its input: torch 2.8 matches a translation by its names
 def threshold_translation(self, threshold: float, value: float):
     return cstThreshold(self, threshold=threshold, value=value)
 
@@ -375,8 +368,6 @@ class FooOv(ov.Op):
         return True
 
 
-# A conversion function gets the ONNX node (its inputs, its attributes) and returns the outputs
-# of the OpenVINO ops that replace it.
 def convert_threshold(node):
     threshold, value = node.get_attribute("threshold"), node.get_attribute("value")
     return CstThreshold([node.get_input(0)], threshold, value).outputs()
@@ -393,7 +384,6 @@ def convert_foo(node):
     return FooOv([node.get_input(0), node.get_input(1)], *attributes).outputs()
 
 
-# The CPU plugin's float precision, set: step 7 shows why.
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
@@ -412,8 +402,6 @@ def pytorch_outputs(model, inputs):
 def step4_python_ops():
     """The ops in Python: openvino.Op and a ConversionExtension"""
     global python_ops, python_results
-    # The generic ConversionExtension takes no domain: it matches cstThreshold only in ONNX's
-    # default domain, so the rknn_cst node is still not converted.
     generic = ov.Core()
     generic.add_extension(ov.frontend.ConversionExtension("cstThreshold", convert_threshold))
     with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
@@ -614,9 +602,7 @@ private:
 """
 
 EXTENSIONS_CPP = r"""
-// What add_extension(path) finds in the library: for each op, the OpenVINO op type, and the
-// ONNX frontend's mapping of the node (name, domain) and its attributes (OpenVINO's name ->
-// ONNX's, listed here though they are the same) onto it.
+// Attribute names: OpenVINO's -> ONNX's (the same here, listed anyway).
 using AttributeNames = std::map<std::string, std::string>;
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
     std::make_shared<ov::OpExtension<CstThreshold>>(),
@@ -636,19 +622,24 @@ OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
 
 
 def ninja_file():
-    """build.ninja: the compiler's command, and the two libraries it builds from their sources.
-    The openvino wheel brings its C++ headers and its library: nothing else to install."""
+    """build.ninja: the compiler's commands, the two libraries, and step 8's program, which
+    `ninja` builds only when asked (`ninja cst_host`)."""
     openvino_dir = pathlib.Path(ov.__file__).parent
     (libopenvino,) = openvino_dir.glob("libs/libopenvino.so.*")  # e.g. libopenvino.so.2641
     return f"""
 cxx = {os.environ.get("CXX", "c++")}
-flags = -std=c++17 -O3 -fPIC -shared -I{openvino_dir / "include"}
+flags = -std=c++17 -O3 -I{openvino_dir / "include"}
 link = {libopenvino} -Wl,-rpath,{openvino_dir / "libs"}
 rule shared_library
+  command = $cxx $flags -fPIC -shared $in -o $out $link
+  description = compiling $out
+rule program
   command = $cxx $flags $in -o $out $link
   description = compiling $out
 build libcst_ops.so: shared_library cst_ops.cpp
 build failures/libcst_ops_float_list.so: shared_library failures/cst_ops_float_list.cpp
+build cst_host: program cst_host.cpp
+default libcst_ops.so failures/libcst_ops_float_list.so
 """
 
 
@@ -661,14 +652,13 @@ def write_if_changed(path, text):
 
 def step5_build_cpp():
     """The ops in C++, built against the wheel"""
-    problem = build_problem()
+    problem = harness.build_problem(python_headers=False)
     if problem:
         raise harness.Skip(problem)
 
     CST_OPS_CPP = CPP_HEADER + THRESHOLD_CPP + DUAL_RESIDUAL_CPP + FOO_CPP + EXTENSIONS_CPP
     os.makedirs("failures", exist_ok=True)
     write_if_changed("cst_ops.cpp", CST_OPS_CPP)
-    # The mistake step 6 shows: the float list declared as std::vector<float>
     float_list = CST_OPS_CPP.replace("std::vector<double>;", "std::vector<float>;")
     write_if_changed("failures/cst_ops_float_list.cpp", float_list)
     write_if_changed("build.ninja", ninja_file())
@@ -683,7 +673,7 @@ def step5_build_cpp():
     if "no work to do" in build.stdout:
         print(f"  ninja: no work to do, libcst_ops.so is up to date ({seconds:.1f} s)")
     else:
-        print(f"  ninja: built libcst_ops.so and its failure twin in {seconds:.0f} s")
+        print(f"  ninja: built both libraries in {seconds:.0f} s")
 
     assert float_list != CST_OPS_CPP
     for path in ("libcst_ops.so", "failures/libcst_ops_float_list.so"):
@@ -697,16 +687,15 @@ def step5_build_cpp():
 
 def step6_run_cpp():
     """Load the library with add_extension and run it"""
-    problem = build_problem()
+    problem = harness.build_problem(python_headers=False)
     if problem:
         raise harness.Skip("needs step 5's library")
     global cpp_ops
 
-    # What the std::vector<float> twin says: the ONNX node's float list does not fit
-    twin = ov.Core()
-    twin.add_extension(os.path.abspath("failures/libcst_ops_float_list.so"))
+    float_list_ops = ov.Core()
+    float_list_ops.add_extension(os.path.abspath("failures/libcst_ops_float_list.so"))
     with expect_error("Bad cast from: St6vectorIdSaIdEE to: St6vectorIfSaIfEE"):
-        twin.read_model("foo.onnx")
+        float_list_ops.read_model("foo.onnx")
 
     cpp_ops = ov.Core()
     cpp_ops.add_extension(os.path.abspath("libcst_ops.so"))
@@ -723,6 +712,20 @@ def step6_run_cpp():
     attributes = ops["Foo"].get_attributes()
     print(f"  Foo in OpenVINO: scales {attributes['scales']}, dims {attributes['dims']}")
     assert attributes["scales"] == [1.0, 2.0, 3.0] and attributes["dims"] == [2, 3], attributes
+
+    for path in ("threshold_net.onnx", "dual_residual_net.onnx", "foo_net.onnx"):
+        model = EXPORTED[path][0]
+        for label, core in (("Python", python_ops), ("C++", cpp_ops)):
+            network = core.read_model(path)
+            name = network.input(0).get_any_name()
+            network.reshape({name: ov.PartialShape([-1, 3, -1, -1])})
+            compiled = core.compile_model(network, "CPU", F32)
+            for shape in ((1, 3, 16, 16), (2, 3, 8, 24)):
+                any_x = torch.randn(shape)
+                (actual,) = compiled([any_x.numpy()]).values()
+                compare(f"{path} {label} {shape}", actual, model(any_x), rtol=1e-5, atol=1e-5)
+
+    assert str(network.input(0).get_partial_shape()) == "[?,3,?,?]", network.input(0)
     if harness.TORCH < (2, 6):
         harness.differs("only the dynamo=False models: step 2 needs torch 2.6")
 
@@ -746,23 +749,124 @@ def step7_precision():
     default = cpp_ops.compile_model("threshold_net.onnx", "CPU")  # no config: the defaults
     precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
     print(f"  this CPU: {' '.join(capabilities)}; by default the plugin infers in {precision}")
+    for hint in ("bf16", "f16"):
+        config = {"INFERENCE_PRECISION_HINT": hint}
+        compiled = cpp_ops.compile_model("threshold_net.onnx", "CPU", config)
+        got = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        print(f"  asked for {hint}: {got}")
 
-    assert precision == ("bf16" if "BF16" in capabilities else "f32"), (precision, capabilities)
-    try:
-        bf16_hint = {"INFERENCE_PRECISION_HINT": "bf16"}  # the default where the CPU lists BF16
-        (bf16,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, bf16_hint)
-        diff = np.abs(bf16 - expected)
-        print(f"  in bf16: max abs diff {diff.max():.2f}, median {np.median(diff):.3f}")
-    except RuntimeError as error:  # neither BF16 nor AVX-512 (which simulates it): refused
-        print(f"  this CPU cannot run bf16: {str(error).strip().splitlines()[-1]}")
-    else:
+    assert precision == default_precision(capabilities), (precision, capabilities)
+    honoured = {hint: precision_for(hint) for hint in ("bf16", "f16")}
+    # A hint the CPU cannot run is ignored, without an error (config.cpp: no else, no throw)
+    assert honoured["f16"] == ("f16" if "FP16" in capabilities else "f32"), honoured
+    assert honoured["bf16"] in ("bf16", "f32"), honoured
+    assert honoured["bf16"] == "bf16" or "BF16" not in capabilities, (honoured, capabilities)
+
+    bf16_hint = {"INFERENCE_PRECISION_HINT": "bf16"}  # the default on a CPU with AVX512_BF16
+    (bf16,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, bf16_hint)
+    diff = np.abs(bf16 - expected)
+    print(f"  in bf16: max abs diff {diff.max():.2f}, median {np.median(diff):.3f}")
+
+    if honoured["bf16"] == "bf16":
         assert not np.allclose(bf16, expected, rtol=1e-5, atol=1e-5)  # outside the tolerance
         flipped = threshold_flips(model, inputs, bf16_hint)
         print(f"  the threshold took the other branch for {flipped} of its inputs in bf16")
         assert flipped > 0 and diff.max() > 1.0 and np.median(diff) < 0.05, (flipped, diff)
+    else:  # neither AVX-512 nor AVX2-VNNI-2: the hint was ignored, the results are f32's
+        print("  (this CPU ignored the bf16 hint: the results are f32's)")
+        np.testing.assert_allclose(bf16, expected, rtol=1e-5, atol=1e-5)
 
-    (f32,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, F32)
-    compare("threshold_net.onnx in f32", f32, expected, rtol=1e-5, atol=1e-5)
+    accuracy = {"EXECUTION_MODE_HINT": "ACCURACY"}  # the model's own precision, f32 here
+    for label, config in (("f32", F32), ("ACCURACY", accuracy)):
+        (result,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, config)
+        compare(f"threshold_net.onnx, {label}", result, expected, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. Your own C++ program: add_extension, and the libraries to ship
+# ---------------------------------------------------------------------------------------------
+
+HOST_CPP = r"""
+// cst_host LIBRARY MODEL: load the custom ops, compile MODEL for the CPU in f32, fill each
+// input with a ramp (-1 to 0.875 in steps of 0.125, repeating), run it, print each output.
+#include <openvino/openvino.hpp>
+
+#include <iostream>
+
+int main(int argc, char* argv[]) {
+    if (argc != 3) {
+        std::cerr << "usage: cst_host libcst_ops.so model.onnx\n";
+        return 2;
+    }
+    ov::Core core;
+    core.add_extension(argv[1]);  // before the model is read: the ONNX frontend needs the ops
+    ov::CompiledModel compiled =
+        core.compile_model(argv[2], "CPU", ov::hint::inference_precision(ov::element::f32));
+    ov::InferRequest request = compiled.create_infer_request();
+    for (const ov::Output<const ov::Node>& input : compiled.inputs()) {
+        ov::Tensor tensor(input.get_element_type(), input.get_shape());
+        float* x = tensor.data<float>();
+        for (size_t i = 0; i < tensor.get_size(); ++i) x[i] = (i % 16) / 8.0f - 1.0f;
+        request.set_tensor(input, tensor);
+    }
+    request.infer();
+    std::cout.precision(9);  // enough digits to read a float back exactly
+    for (const ov::Output<const ov::Node>& output : compiled.outputs()) {
+        const ov::Tensor result = request.get_tensor(output);
+        const float* y = result.data<float>();
+        std::cout << result.get_shape();  // e.g. [1,3,16,16]
+        for (size_t i = 0; i < result.get_size(); ++i) std::cout << ' ' << y[i];
+        std::cout << '\n';
+    }
+    return 0;
+}
+"""
+
+
+def host_outputs(path):
+    """Run cst_host on PATH with the library: each output it prints, as an array."""
+    host = [os.path.abspath("cst_host"), os.path.abspath("libcst_ops.so"), path]
+    printed = subprocess.run(host, capture_output=True, text=True, check=True).stdout
+    outputs = []
+    for line in printed.splitlines():
+        shape, *values = line.split()
+        dims = [int(size) for size in shape.strip("[]").split(",")]
+        outputs.append(np.array(values, dtype=np.float32).reshape(dims))
+    return outputs
+
+
+def step8_cpp_program():
+    """Your own C++ program: add_extension, and the libraries to ship"""
+    if cpp_ops is None:
+        raise harness.Skip("needs step 5's library")
+    ninja_path = os.path.join(ninja.BIN_DIR, "ninja")  # as in step 5
+
+    write_if_changed("cst_host.cpp", HOST_CPP)
+    build = subprocess.run([ninja_path, "cst_host"], capture_output=True, text=True)
+    if build.returncode != 0:
+        raise RuntimeError(f"the build failed:\n{build.stdout}")
+
+    for path in ("threshold_net.onnx", "dual_residual.onnx", "foo_net.onnx"):
+        model, inputs = EXPORTED[path]
+        ramps = [torch.arange(t.numel()).remainder(16).div(8).sub(1).view(t.shape) for t in inputs]
+        expected = pytorch_outputs(model, ramps)
+        for number, (actual, wanted) in enumerate(zip(host_outputs(path), expected, strict=True)):
+            compare(f"cst_host {path}[{number}]", actual, wanted, rtol=1e-5, atol=1e-5)
+
+    libs = pathlib.Path(ov.__file__).parent / "libs"
+    host = [os.path.abspath("cst_host"), os.path.abspath("libcst_ops.so"), "threshold_net.onnx"]
+    traced = subprocess.run(
+        host, env=dict(os.environ, LD_DEBUG="libs"), capture_output=True, text=True, check=True
+    )
+    loaded = [line.split()[-1] for line in traced.stderr.splitlines() if "calling init:" in line]
+    print(f"  cst_host loaded, from {libs.parent.name}/{libs.name}/:")
+    for name in sorted(pathlib.Path(path).name for path in loaded if path.startswith(str(libs))):
+        print("   ", name)
+
+    from_wheel = " ".join(pathlib.Path(p).name for p in loaded if p.startswith(str(libs)))
+    for part in ("libopenvino.so.", "libopenvino_onnx_frontend.so.", "_cpu_plugin.so", "libtbb"):
+        assert part in from_wheel, (part, from_wheel)
+    assert any(p.endswith("/libcst_ops.so") for p in loaded), loaded
 
 
 # ---------------------------------------------------------------------------------------------
@@ -770,13 +874,20 @@ def step7_precision():
 # ---------------------------------------------------------------------------------------------
 
 
-def build_problem() -> str:
-    """Why this machine cannot build the C++ ops ('' when it can): a Skip reason in
-    harness.build_problem()'s words, without its Python.h check (this library needs no Python)."""
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler.split()[0]) is None:
-        return f"no C++ compiler: {compiler!r} is not on PATH (install g++, or set CXX)"
-    return ""
+def default_precision(capabilities) -> str:
+    """The CPU plugin's precision without a hint (openvino's src/plugins/intel_cpu/src/config.cpp):
+    bf16 on an x86 CPU with AVX512_BF16, f16 on an Arm CPU with f16 arithmetic, else f32."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        flags = pathlib.Path("/proc/cpuinfo").read_text().split()
+        return "bf16" if "avx512_bf16" in flags else "f32"
+    return "f16" if "FP16" in capabilities else "f32"
+
+
+def precision_for(hint: str) -> str:
+    """What the CPU plugin infers in when asked for HINT."""
+    config = {"INFERENCE_PRECISION_HINT": hint}
+    compiled = cpp_ops.compile_model("threshold_net.onnx", "CPU", config)
+    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
 
 
 def threshold_flips(model, inputs, config) -> int:
@@ -802,6 +913,7 @@ STEPS = (
     step5_build_cpp,
     step6_run_cpp,
     step7_precision,
+    step8_cpp_program,
 )
 _NAMES = ("threshold", "threshold_net", "dual_residual", "dual_residual_net", "foo", "foo_net")
 KEPT = {  # what each step writes and claims valid; failure demonstrations below

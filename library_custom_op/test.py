@@ -581,14 +581,9 @@ def check_node(model):
     """MODEL holds one demo.Blur1d node with the example's attributes, each of its ONNX type."""
     (node,) = [node for node in model.graph.node if node.domain == "demo"]
     assert (node.op_type, len(node.input), len(node.output)) == ("Blur1d", 1, 1), node
-    kinds = {a.name: a.type for a in node.attribute}
-    assert kinds == {
-        "weights": onnx.AttributeProto.FLOATS,
-        "dilation": onnx.AttributeProto.INT,
-        "padding": onnx.AttributeProto.STRING,
-    }, kinds
-    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    assert values == {"weights": WEIGHTS, "dilation": DILATION, "padding": PADDING.encode()}
+    expected = {"weights": ("FLOATS", WEIGHTS), "dilation": ("INT", DILATION)}
+    expected["padding"] = ("STRING", PADDING)
+    assert harness.attributes(node) == expected, harness.attributes(node)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
 """What deploy_openvino/test.py writes: one rknn_cst node per model, alone and between Convs, from
-both exporters; the C++ library it leaves in --out (cached by ninja); the tolerance of its OpenVINO
-comparisons over other seeds, NaN and the threshold's float32 neighbours; and the facts its Notes
-state (the onnxruntime wheel ships no C API headers)."""
+both exporters; the C++ library and program it leaves in --out (cached by ninja), built with the
+commands README.md shows, and a folder of the libraries step 8 names to ship; the tolerance of its
+OpenVINO comparisons over other seeds, NaN and the threshold's float32 neighbours; and the facts
+its Notes state (float32 reaches the kernels, the onnxruntime wheel ships no C API headers)."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import pathlib
+import platform
+import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -85,6 +90,7 @@ def test_dynamo_models_leave_the_schema_registry_alone(run):
 def test_the_library_is_left_in_out_and_is_an_openvino_extension(run):
     library = run.out / "libcst_ops.so"
     assert library.is_file() and (run.out / "cst_ops.cpp").is_file()
+    assert (run.out / "cst_host").is_file() and (run.out / "cst_host.cpp").is_file()
     assert hasattr(ctypes.CDLL(str(library)), "create_extensions")  # OPENVINO_CREATE_EXTENSIONS
     twin = (run.out / "failures" / "cst_ops_float_list.cpp").read_text().splitlines()
     source = (run.out / "cst_ops.cpp").read_text().splitlines()
@@ -92,6 +98,100 @@ def test_the_library_is_left_in_out_and_is_an_openvino_extension(run):
     assert changed == [
         ("using FloatList = std::vector<double>;", "using FloatList = std::vector<float>;")
     ]
+
+
+def test_readme_build_commands_are_what_ninja_runs(run):
+    """README, step 8: the two compiler commands, with OV the wheel's folder, are build.ninja's."""
+    readme = (ROOT / NAME / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"^```bash\n(.*?)^```", readme, re.S | re.M) if "OV=" in b]
+    commands = block.replace("\\\n", " ").splitlines()[1:]
+    openvino_dir = str(pathlib.Path(openvino.__file__).parent)
+    ninja = pathlib.Path(example.ninja.BIN_DIR) / "ninja"
+    for target, command in zip(("libcst_ops.so", "cst_host"), commands, strict=True):
+        ran = subprocess.run(
+            [str(ninja), "-t", "commands", target], cwd=run.out, capture_output=True, text=True,
+            check=True,
+        ).stdout.splitlines()[-1]
+        shown = " ".join(command.replace("$OV", openvino_dir).split())
+        compiler = os.environ.get("CXX", "c++")
+        assert ran == shown.replace("c++", compiler, 1), (ran, shown)
+
+
+def test_the_library_needs_this_releases_libopenvino(run):
+    """README, step 8: the library asks for the wheel's libopenvino.so.NNNN by that name."""
+    if shutil.which("readelf") is None:
+        pytest.skip("no readelf")
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(run.out / "libcst_ops.so")], capture_output=True, text=True,
+        check=True,
+    ).stdout
+    (libopenvino,) = pathlib.Path(openvino.__file__).parent.glob("libs/libopenvino.so.*")
+    assert f"[{libopenvino.name}]" in dynamic, dynamic
+    assert libopenvino.name == "libopenvino.so.2641", "README names libopenvino.so.2641"
+
+
+def test_the_program_runs_from_a_folder_of_the_shipped_libraries(run, tmp_path):
+    """README, step 8: cst_host, libcst_ops.so and the seven libraries it names, in one folder,
+    run with LD_LIBRARY_PATH set to it: every OpenVINO library comes from there."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the list in README.md is the x86_64 wheel's")
+    libs = pathlib.Path(openvino.__file__).parent / "libs"
+    shipped = [
+        "libopenvino.so.2641", "libopenvino_onnx_frontend.so.2641",
+        "libopenvino_intel_cpu_plugin.so", "libtbb.so.12", "libtbbmalloc.so.2",
+        "libtbbbind_2_5.so.3", "libhwloc.so.15",
+    ]
+    for name in shipped:
+        shutil.copy(libs / name, tmp_path)
+    for name in ("cst_host", "libcst_ops.so", "foo_net.onnx"):
+        shutil.copy(run.out / name, tmp_path)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), LD_DEBUG="libs")
+    result = subprocess.run(
+        ["./cst_host", "./libcst_ops.so", "foo_net.onnx"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, check=True,
+    )
+    loaded = [line.split()[-1] for line in result.stderr.splitlines() if "calling init:" in line]
+    ours = [path for path in loaded if "openvino" in path or "tbb" in path or "hwloc" in path]
+    assert ours and all(path.startswith(str(tmp_path)) for path in ours), ours
+    assert sorted(pathlib.Path(p).name for p in ours) == sorted(shipped), ours
+    again = subprocess.run(
+        [str(run.out / "cst_host"), str(run.out / "libcst_ops.so"), "foo_net.onnx"],
+        cwd=run.out, capture_output=True, text=True, check=True,
+    )
+    assert result.stdout == again.stdout
+
+
+def test_float32_reaches_the_kernels_for_a_float16_model_and_under_bf16(run, cores, tmp_path):
+    """README, Notes: the kernels compute float32 only; on this x86 CPU the plugin converts around
+    the Reference layer, for a float16 model and under the bf16 hint alike."""
+    if platform.machine() != "x86_64":
+        pytest.skip("README says this of the x86 CPU it runs on")
+    model = onnx.load(run.out / "threshold.onnx")
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    onnx.save(model, tmp_path / "threshold_f16.onnx")
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 16, 16).half()
+    expected = torch.nn.Threshold(0.1, 20)(x.float()).half().numpy()
+    for config in ({}, {"INFERENCE_PRECISION_HINT": "bf16"}):
+        compiled = cores["C++"].compile_model(str(tmp_path / "threshold_f16.onnx"), "CPU", config)
+        (actual,) = compiled([x.numpy()]).values()
+        np.testing.assert_array_equal(actual, expected, err_msg=str(config))
+        reference = [
+            op for op in compiled.get_runtime_model().get_ordered_ops()
+            if op.get_rt_info()["layerType"].astype(str) == "Reference"
+        ]
+        assert [op.get_rt_info()["runtimePrecision"].astype(str) for op in reference] == ["f32"]
+    bf16 = cores["C++"].compile_model(
+        str(run.out / "threshold_net.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "bf16"}
+    )
+    kinds = {
+        op.get_rt_info()["layerType"].astype(str): op.get_rt_info()["runtimePrecision"].astype(str)
+        for op in bf16.get_runtime_model().get_ordered_ops()
+    }
+    assert kinds["Reference"] == "f32", kinds
+    if bf16.get_property("INFERENCE_PRECISION_HINT").get_type_name() == "bf16":
+        assert kinds["Convolution"] == "bf16", kinds  # the Reorders convert on each side
 
 
 def test_the_build_is_cached(run):
