@@ -25,6 +25,12 @@ EXAMPLES = run_all.discover(ROOT)
 CHILD_ENV = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
 
 
+def passed(result: ExampleRun) -> ExampleRun:
+    """RESULT, after checking that the example passed (its output's end is the message if not)."""
+    assert result.returncode == 0, f"{result.name} exited {result.returncode}:\n{result.output[-4000:]}"
+    return result
+
+
 def load_example(name: str):
     """NAME/test.py as a module (it runs nothing at import): its ops, models and tolerances, not
     copies of them. Registered in sys.modules: @onnxscript.script reads its source through it."""

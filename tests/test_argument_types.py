@@ -17,8 +17,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import ROOT, load_example
+from conftest import ROOT, load_example, passed
 from onnx.reference import ReferenceEvaluator
+
+import harness
 
 NAME = "argument_types"
 # The dynamo=False exports below warn that the TorchScript-based exporter is deprecated (said).
@@ -68,24 +70,7 @@ example = load_example(NAME)
 
 @pytest.fixture(scope="module")
 def run(example_run):
-    result = example_run(NAME)
-    assert result.returncode == 0, result.output[-4000:]
-    return result
-
-
-def attributes(node: onnx.NodeProto) -> dict[str, tuple[str, object]]:
-    """{name: (ONNX attribute type, value)}, floats at float32 precision, strings decoded."""
-    table = {}
-    for a in node.attribute:
-        value = onnx.helper.get_attribute_value(a)
-        if isinstance(value, bytes):
-            value = value.decode()
-        elif isinstance(value, float):
-            value = float(np.float32(value))
-        elif isinstance(value, list):
-            value = [float(np.float32(v)) if isinstance(v, float) else v for v in value]
-        table[a.name] = (onnx.AttributeProto.AttributeType.Name(a.type), value)
-    return table
+    return passed(example_run(NAME))
 
 
 def torch_all_kinds(x, bias, alpha, k, flag, mode, dims, scales):
@@ -119,7 +104,7 @@ def test_one_custom_node_with_each_attribute_of_its_type(run, filename, exporter
     (node,) = model.graph.node
     assert (node.domain, node.op_type) == ("argdemo", "AllKinds"), exporter
     assert list(node.input) == inputs, f"{exporter}: an omitted bias is left out, not written as ''"
-    assert attributes(node) == expected, exporter
+    assert harness.attributes(node) == expected, exporter
     assert {o.domain: o.version for o in model.opset_import} == {"": 18, "argdemo": 1}
 
 
@@ -135,7 +120,7 @@ def test_every_exporter_writes_the_same_node(run):
         if with_bias:  # step 6's RegisterOperators op, with the "v" workaround
             nodes.append(run.model("all_kinds_legacy.onnx").graph.node[0])
         assert len({tuple(n.input) for n in nodes}) == 1
-        assert all(attributes(n) == attributes(nodes[0]) for n in nodes)
+        assert all(harness.attributes(n) == harness.attributes(nodes[0]) for n in nodes)
 
 
 @pytest.mark.parametrize("filename, expected", STANDARD_MODELS)
@@ -310,7 +295,7 @@ def test_translation_annotations_do_not_set_the_attribute_types(tmp_path, capsys
     for translation in (unannotated, wrongly_annotated):
         node = export_dynamo(op, translation, tmp_path)
         assert list(node.input) == ["x", "bias"]
-        assert attributes(node) == WITH_BIAS, translation.__name__
+        assert harness.attributes(node) == WITH_BIAS, translation.__name__
     assert not onnx.defs.has("AllKinds", "argdemo")
 
 
@@ -353,7 +338,7 @@ def test_a_custom_op_exports_like_the_cpp_op(tmp_path, capsys):
         export_dynamo(op, example.all_kinds_translation, tmp_path),
     ]
     for node in nodes:
-        assert list(node.input) == ["x", "bias"] and attributes(node) == WITH_BIAS
+        assert list(node.input) == ["x", "bias"] and harness.attributes(node) == WITH_BIAS
     out = capsys.readouterr().out
     assert (
         "all_kinds_symbolic received: Value, Value, float, int, bool, str, list[int], list[float]"
@@ -445,7 +430,7 @@ def test_float_list_descriptor_depends_on_how_the_op_was_registered(
         return
     torch.onnx.export(model, (torch.randn(2, 3, 4, 5),), path, dynamo=False, opset_version=18)
     (node,) = onnx.load(str(path)).graph.node
-    assert attributes(node) == {"scales": ("FLOATS", expected)}
+    assert harness.attributes(node) == {"scales": ("FLOATS", expected)}
 
 
 def one_node_model(**attributes) -> onnx.ModelProto:

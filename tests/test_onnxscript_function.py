@@ -8,7 +8,7 @@ import onnx_ir
 import onnxruntime as ort
 import pytest
 import torch
-from conftest import load_example
+from conftest import load_example, passed
 from onnx import AttributeProto
 
 NAME = "onnxscript_function"
@@ -24,9 +24,7 @@ example = load_example(NAME)
 
 @pytest.fixture(scope="module")
 def run(example_run):
-    result = example_run(NAME)
-    assert result.returncode == 0, result.output[-4000:]
-    return result
+    return passed(example_run(NAME))
 
 
 def opsets(proto):
