@@ -48,7 +48,9 @@ ERRORS = ROOT / "ERRORS.md"
 RAISED_BY = {  # what raises an error (CAUSES in each test.py) -> its section of ERRORS.md, in this order
     "dynamo=False": "`torch.onnx.export(..., dynamo=False)`: the TorchScript-based exporter",
     "dynamo=True": "`torch.onnx.export(..., dynamo=True)`, and `torch.export.export`, its first step",
+    "assert_onnx_program": "`torch.onnx.testing.assert_onnx_program`: the exporter's own check of a program",
     "onnx.checker": "`onnx.checker.check_model(..., full_check=True)`",
+    "onnx.defs": "`onnx.defs`: ONNX's process-wide registry of op schemas",
     "ONNX Runtime": "ONNX Runtime, loading or running an exported model",
     "RKNN-Toolkit2": "RKNN-Toolkit2 2.5.0, converting an exported model",
     "OpenVINO": "OpenVINO, reading or compiling an exported model",
