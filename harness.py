@@ -7,9 +7,12 @@ without it). What it gives a test.py:
   `== N. Title ==` header (the step function's docstring), SKIP and FAIL lines, steps.json (what
   each step did on this torch, and every error it reproduced, for the version table and
   ERRORS.md), exit status 0 / 1 / 77.
+- run_more(): the steps an example runs in a second environment (deploy_rknn's RKNN half).
 - needs_torch(), differs(), Skip: how a step says it cannot run here, once, at the step.
 - quiet() and captured(): what C++ code and loggers print, held back and checked (shown with -v).
-- show(): the full ONNX checker and a one-line summary of a model (the whole graph with -v).
+- show(): the full ONNX checker and a one-line summary of a model (the whole graph with -v);
+  attributes(), op_types(), opsets_of(), output_dims(): what a model holds, to assert on;
+  printed(): what the running step has printed, to check a reproduced error's text.
 - The page helpers (expect_error, run_ort, compare) at the end of this file: word for word the
   blocks the pages define for themselves, so each test.py takes them from here, not a copy.
 """
@@ -82,6 +85,12 @@ def differs(why: str) -> None:
 
 _STATUS: dict[int, dict] = {}  # step number -> {"status", "why", "title", "reproduced"}: steps.json
 _CURRENT = [0]
+_PRINTED: list[list[str]] = [[]]  # what the running step has printed so far
+
+
+def printed() -> str:
+    """What the running step has printed so far (a reproduced error's line, to check its text)."""
+    return "".join(_PRINTED[0])
 
 
 def run(
@@ -171,6 +180,32 @@ def run(
 OPTIONS = argparse.Namespace()
 
 
+def run_more(steps, *, first: int, causes: dict, out: pathlib.Path, summary: str, extra=None):
+    """The steps an example runs in a second environment (deploy_rknn's RKNN half), on the files
+    its first process wrote in OUT: nothing removed, no PASS line. SUMMARY (the steps' statuses,
+    and EXTRA) is written pass or fail, for the first process to fold into its steps.json."""
+    home, status = os.getcwd(), 1
+    os.chdir(out)
+    _STATUS.clear()
+    try:
+        for number, step in enumerate(steps, start=first):
+            _run_step(number, step, causes)
+        status = 0
+    except AssertionError as exc:
+        print(f"\nFAIL: {exc}")
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
+        print(f"\nFAIL: unexpected {type(exc).__name__}: {_first_line(exc)}")
+        if VERBOSE:
+            traceback.print_exc(file=sys.stdout)
+    finally:
+        os.chdir(home)
+        problem = write_summary(out / summary, extra)
+    if problem:
+        print(f"\nFAIL: cannot write models under {out}: {problem}")
+        return 1
+    return status
+
+
 def _run_step(number: int, step, causes: dict) -> str:
     """Run one step: '' when it ran (or needs a newer torch), the reason when it was skipped."""
     title = (step.__doc__ or step.__name__).strip().splitlines()[0]
@@ -182,7 +217,7 @@ def _run_step(number: int, step, causes: dict) -> str:
         print(f"SKIP step {number}: needs torch >= {needed[0]} ({needed[1]})")
         _STATUS[number].update(status=f"needs torch >= {needed[0]}", why=needed[1])
         return ""
-    printed: list[str] = []
+    printed = _PRINTED[0] = []
     saved = sys.stdout
     sys.stdout = _Tee(saved, printed)
     try:

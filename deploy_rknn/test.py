@@ -648,8 +648,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # =============================================================================================
-# Test-only helpers: the second process, and RKNN's log. (harness.run cannot run the second
-# half: it would delete the first half's models and call them foreign.)
+# Test-only helpers: the second process (harness.run_more runs its steps), and RKNN's log.
 # =============================================================================================
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -710,23 +709,13 @@ def run_rknn_half(argv: list[str]) -> int:
     statuses, the comparisons, the log evidence), which the first half folds into steps.json."""
     out = pathlib.Path(argv[argv.index("--out") + 1]).resolve()
     harness.VERBOSE = "-v" in argv
-    home, status = os.getcwd(), 1
-    os.chdir(out)  # the first half's files, by the names the README uses
-    try:
-        FIRST_HALF.update(json.loads(pathlib.Path("steps.json").read_text(encoding="utf-8")))
-        for number, step in enumerate(RKNN_STEPS, start=len(STEPS) + 1):
-            harness._run_step(number, step, CAUSES)  # header, statuses, reproduced errors
-        status = 0
-    except AssertionError as exc:
-        print(f"\nFAIL: {exc}")
-    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line
-        print(f"\nFAIL: unexpected {type(exc).__name__}: {str(exc).strip()[:300]}")
-    finally:
-        os.chdir(home)
-        problem = harness.write_summary(out / RESULTS_FILE, extra=RESULTS)
-    if problem:
-        print(f"\nFAIL: cannot write models under {out}: {problem}")
-    return 1 if problem else status
+    if not (out / "steps.json").is_file():
+        print(f"FAIL: no {out / 'steps.json'}: run test.py itself, not with {RKNN_HALF}")
+        return 1
+    FIRST_HALF.update(json.loads((out / "steps.json").read_text(encoding="utf-8")))
+    first, results = len(STEPS) + 1, RESULTS_FILE
+    return harness.run_more(RKNN_STEPS, first=first, causes=CAUSES, out=out, summary=results,
+                            extra=RESULTS)  # fmt: skip
 
 
 def exported_by_step(number: int) -> bool:

@@ -13,8 +13,6 @@ Every python block of README.md is in this file (the page's helpers in ../harnes
 around them are the checks. Needs a C++ compiler; without one it exits 77 (SKIP).
 """
 
-import contextlib
-import io
 import logging
 import os
 import pathlib
@@ -144,8 +142,7 @@ DUMPS = ("ONNX graph being constructed during exception:", "Torch IR graph at ex
 def step2_reproduce():
     """Export with no symbolic (dynamo=False)"""
     need_step1_ops()
-    said: list[str] = []
-    with harness.quiet() as dump, echoed(said):  # the exporter's graph dumps, reported below
+    with harness.quiet() as dump:  # the exporter's graph dumps, reported below
         os.makedirs("failures", exist_ok=True)
         model = DualResidualModel().eval()
         inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
@@ -161,7 +158,7 @@ def step2_reproduce():
         harness.differs("the message says {op_name} where the op's name belongs")
     elif other_dumps:  # torch 2.4: no dump; torch 2.15: two
         harness.differs(other_dumps)
-    assert f"unrecognized namespace {name}. If you are trying" in said[0], said[0]
+    assert f"unrecognized namespace {name}. If you are trying" in harness.printed()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,18 +644,6 @@ def held_back(text: str) -> str:
     shown = f"dump{'s' if len(dumps) > 1 else ''} {' and '.join(map(repr, dumps))}"
     print(f"  held back (shown with -v): the exporter's {shown}")
     return f"the failing export also prints {DUMPS[0]!r} and that graph" if len(dumps) > 1 else ""
-
-
-@contextlib.contextmanager
-def echoed(sink: list[str]):
-    """Print what the code inside prints, and keep it in sink[0] to check a reproduced line."""
-    buffer = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buffer):
-            yield
-    finally:
-        sink.append(buffer.getvalue())
-        print(buffer.getvalue(), end="")
 
 
 if __name__ == "__main__":
