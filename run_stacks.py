@@ -115,9 +115,14 @@ def run_stack(stack: str, python: pathlib.Path, names: list[str]) -> int:
         check=True,
     ).stdout.strip()
     print(f"\n=== {stack}: torch {version} ({python}) ===", flush=True)
-    return subprocess.run(
-        [str(python), str(ROOT / "run_all.py"), "--out", str(out), *names], cwd=ROOT
-    ).returncode
+    env = dict(os.environ)
+    if env.get("TORCH_EXTENSIONS_DIR"):
+        # torch versions cannot share C++ builds: torch 2.14 and 2.15 leave a 'lock' file in the
+        # build folder (an OS lock), and torch 2.4 and 2.8 wait forever for that file to go. Left
+        # unset, torch's default already separates them (~/.cache/torch_extensions/py311_cu121...).
+        env["TORCH_EXTENSIONS_DIR"] = str(pathlib.Path(env["TORCH_EXTENSIONS_DIR"]) / stack)
+    command = [str(python), str(ROOT / "run_all.py"), "--out", str(out), *names]
+    return subprocess.run(command, cwd=ROOT, env=env).returncode
 
 
 # ---------------------------------------------------------------------------------------------
