@@ -149,8 +149,8 @@ def run(
     except OSError as exc:
         print(f"\nFAIL: cannot write models under {out}: {exc}")
         return 1
-    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
-        print(f"\nFAIL: unexpected {type(exc).__name__}: {_first_line(exc)}")
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: its message, the traceback with -v
+        print(f"\nFAIL: {_unexpected(exc)}")
         if VERBOSE:
             traceback.print_exc(file=sys.stdout)
         return 1
@@ -193,8 +193,8 @@ def run_more(steps, *, first: int, causes: dict, out: pathlib.Path, summary: str
         status = 0
     except AssertionError as exc:
         print(f"\nFAIL: {exc}")
-    except Exception as exc:  # noqa: BLE001 - an unexpected error: one line, the traceback with -v
-        print(f"\nFAIL: unexpected {type(exc).__name__}: {_first_line(exc)}")
+    except Exception as exc:  # noqa: BLE001 - an unexpected error: its message, the traceback with -v
+        print(f"\nFAIL: {_unexpected(exc)}")
         if VERBOSE:
             traceback.print_exc(file=sys.stdout)
     finally:
@@ -344,9 +344,19 @@ def _foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
+TAIL = 25  # lines of a long unexpected message shown after its first
+
+
+def _unexpected(exc: BaseException) -> str:
+    """An unexpected error, without its traceback: the message's first line and, for a message of
+    many lines (a failed C++ build's: the command, then the compiler's output), its last TAIL lines,
+    where the compiler says what went wrong (a missing header, a full disk)."""
+    lines = str(exc).strip().splitlines() or [""]
+    rest = lines[1:]
+    shown = ["  " + line for line in rest[-TAIL:]]
+    if len(rest) > TAIL:
+        shown.insert(0, f"  ... ({len(rest) - TAIL} lines left out; -v prints the traceback)")
+    return "\n".join([f"unexpected {type(exc).__name__}: {lines[0]}", *shown])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -149,3 +149,28 @@ def one_fail_line(proc: subprocess.CompletedProcess) -> list[str]:
         f"expected one FAIL line, got {fail_lines}; output ends:\n{output[-3000:]}"
     )
     return fail_lines
+
+
+def test_a_failed_cpp_build_shows_what_the_compiler_said(tmp_path):
+    """A C++ build that fails (here a stand-in compiler that reports a full disk, as a CI machine's did)
+    is one FAIL line followed by the end of the build's output, where the compiler's own message is:
+    never only the build's command line."""
+    compiler = tmp_path / "cxx"
+    compiler.write_text(  # the real compiler for torch's `--version` probe, a failure for each compile
+        '#!/bin/sh\ncase " $* " in *" -c "*)\n'
+        "  echo 'main.cpp: fatal error: cannot write main.o: No space left on device' >&2; exit 1;;\n"
+        'esac\nexec c++ "$@"\n'
+    )
+    compiler.chmod(0o755)
+    env = {**os.environ, "CXX": str(compiler), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "register_pytorch_op" / "test.py"), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    fail_lines = one_fail_line(proc)
+    assert fail_lines[0].startswith("FAIL: unexpected RuntimeError: Error building extension"), fail_lines[0]
+    after = proc.stdout.split(fail_lines[0], 1)[1]
+    assert "fatal error: cannot write main.o: No space left on device" in after, proc.stdout[-3000:]
