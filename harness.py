@@ -13,8 +13,8 @@ without it). What it gives a test.py:
 - show(): the full ONNX checker and a one-line summary of a model (the whole graph with -v);
   attributes(), op_types(), opsets_of(), output_dims(): what a model holds, to assert on;
   printed(): what the running step has printed, to check a reproduced error's text.
-- The page helpers (expect_error, run_ort, compare) at the end of this file: word for word the
-  blocks the pages define for themselves, so each test.py takes them from here, not a copy.
+- On torch < 2.10, the name `torch.onnx.testing.assert_onnx_program` that the pages import (the
+  end of this file). The pages' own imports and helpers are in each test.py, word for word.
 """
 
 from __future__ import annotations
@@ -27,18 +27,17 @@ import json
 import logging
 import os
 import pathlib
-import re
 import shutil
 import sys
 import sysconfig
 import tempfile
 import textwrap
 import traceback
+import types
 import warnings
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -549,57 +548,32 @@ def ortx_problem() -> str:
 
 
 # =============================================================================================
-# The page helpers: word for word the blocks each README defines for itself (a pasted page needs
-# them), kept once here for the test.py files, which import them. tests/test_examples.py checks that
-# every page's copy is this one.
+# The name the pages import assert_onnx_program by
 # =============================================================================================
 
 
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
+def _public_assert_onnx_program() -> None:
+    """Every page imports `from torch.onnx.testing import assert_onnx_program`, public from torch
+    2.10 (pytorch/pytorch#162495); torch 2.6 to 2.9 have the same function under a private name,
+    and older torch none. A test.py runs the page's imports word for word after importing this
+    module, so here, once, that name is given to the older torches: the private function, or on
+    torch < 2.6 one that says the step needs a newer torch (those steps skip before calling it)."""
     try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
-
-
-# torch.onnx.testing.assert_onnx_program (the pages import it from there) is public from torch 2.10
-# (pytorch/pytorch#162495); torch 2.6 to 2.9 have the same function under a private name. Each
-# test.py takes it from here, so that its dynamo=True steps run on those versions too.
-try:
-    from torch.onnx.testing import assert_onnx_program
-except ImportError:
+        import torch.onnx.testing as testing
+    except ImportError:
+        testing = types.ModuleType("torch.onnx.testing")
+        sys.modules["torch.onnx.testing"] = testing
+        torch.onnx.testing = testing
+    if hasattr(testing, "assert_onnx_program"):
+        return
     try:
         from torch.onnx._internal.exporter._testing import assert_onnx_program
-    except ImportError:  # torch < 2.6: the steps that call it need a newer torch and are skipped
-        assert_onnx_program = None
+    except ImportError:
+
+        def assert_onnx_program(*args, **kwargs):
+            raise NeedsTorch("2.6", "torch.onnx.testing.assert_onnx_program came with torch 2.6")
+
+    testing.assert_onnx_program = assert_onnx_program
+
+
+_public_assert_onnx_program()

@@ -5,16 +5,24 @@ Run: python test.py [--out DIR] [-v]
 argdemo::all_kinds (a Tensor, a Tensor?, a float, an int, a bool, a str, an int[], a float[]) is
 built in C++ and as a torch.library.custom_op, then written as one argdemo::AllKinds node with a
 local ONNX schema by a dynamo=True translation, a parse_args symbolic and an autograd.Function's
-symbolic, and in standard ONNX. Every python block of README.md is in this file (the page's
-helpers in ../harness.py); the lines around them are the checks.
+symbolic, and in standard ONNX.
+Every python block of README.md is in this file; the lines around them are the checks.
 """
 
-import logging
-import os
 import pathlib
 import sys
-import time
 import typing
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+
+# The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
+
+import contextlib
+import logging
+import os
+import re
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,15 +35,51 @@ from onnx.reference.op_run import OpRun
 from onnxscript import opset18 as op
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
+from torch.onnx.testing import assert_onnx_program
 
-try:  # the page imports it plainly; here steps 3, 4 and 6 say SKIP without it
+try:  # steps 3, 4 and 6 run the custom nodes in ONNX Runtime with it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
-except ImportError:
+except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # noqa: E402
-from harness import assert_onnx_program, compare, expect_error, run_ort  # noqa: E402
+
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", [x for x in lines if expected in x][0])
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+
+
+def run_ort(path, feeds, options=None):
+    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def compare(name, actual, expected, rtol, atol):
+    """assert_allclose against PyTorch's result, then one line naming the model and the largest
+    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
+    dynamo=True program.)"""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
+    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+
 
 # 1. The op in C++: TORCH_LIBRARY schema and kernel types --------------------------------------
 

@@ -5,26 +5,71 @@ Run: python test.py [--out DIR] [-v]
 dynamo=False writes what a Function's `symbolic(g, ...)` builds in place of its forward: MyRelu
 -> Clip, MyAdd -> Mul + Add, a C++ extension, a bicubic upsampler -> Resize with a factor input.
 dynamo=True ignores `symbolic`: there torch.onnx.ops.symbolic inside forward chooses the nodes.
-Every python block of README.md is in this file (the page's helpers in ../harness.py).
+Every python block of README.md is in this file.
 """
 
 import io
-import logging
-import os
 import pathlib
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+
+# The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
+
+import contextlib
+import logging
+import os
+import re
 import time
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
+from torch.onnx.testing import assert_onnx_program
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # noqa: E402
-from harness import assert_onnx_program, compare, expect_error, run_ort  # noqa: E402
+
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", [x for x in lines if expected in x][0])
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+
+
+def run_ort(path, feeds, options=None):
+    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def compare(name, actual, expected, rtol, atol):
+    """assert_allclose against PyTorch's result, then one line naming the model and the largest
+    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
+    dynamo=True program.)"""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
+    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+
 
 # 1. MyRelu -> Clip ----------------------------------------------------------------------------
 

@@ -8,15 +8,24 @@ dynamo=True, are read by OpenVINO's ONNX frontend: first without an extension (i
 the Conv after each), then with an openvino.Op subclass per op in Python, then with the same ops in
 C++ (ov::op::Op and ov::frontend::onnx::OpExtension), compiled with ninja against the openvino
 wheel's own headers and library into DIR/libcst_ops.so, run at fixed and at open input sizes, and
-loaded by a C++ program, DIR/cst_host. Every python block of README.md is in this file (the page's
-helpers in ../harness.py); the lines around them are the checks.
+loaded by a C++ program, DIR/cst_host.
+Every python block of README.md is in this file; the lines around them are the checks.
 """
 
-import os
 import pathlib
 import platform
-import subprocess
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+
+# The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
+
+import contextlib
+import os
+import pathlib
+import re
+import subprocess
 import time
 import typing
 
@@ -30,9 +39,37 @@ from openvino.frontend.onnx import ConversionExtension
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness
-import harness  # noqa: E402
-from harness import compare, expect_error  # noqa: E402
+
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", [x for x in lines if expected in x][0])
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+
+
+def compare(name, actual, expected, rtol, atol):
+    """assert_allclose against PyTorch's result, then one line naming the model and the largest
+    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
+    dynamo=True program.)"""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
+    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
 
 # ---------------------------------------------------------------------------------------------
 # 1. The custom nodes, exported with dynamo=False

@@ -7,14 +7,12 @@ dynamo=True, each with its inputs and PyTorch's outputs beside it as .npy files.
 RKNN-Toolkit2, whose pins (torch<=2.4.0, numpy<=1.26.4, onnx<=1.18.0) cannot share it: test.py
 starts itself again under $RKNN_PYTHON, else ../.venv-rknn/bin/python, with a hidden flag, and
 folds that half's step statuses into DIR/steps.json; without that interpreter they are skipped
-(exit 77) with the command that creates it. Every python block of README.md is in this file (the
-page's helper in ../harness.py); the lines around them are the checks.
+(exit 77) with the command that creates it.
+Every python block of README.md is in this file; the lines around them are the checks.
 """
 
 import contextlib
-import glob
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -22,15 +20,48 @@ import sys
 import textwrap
 import time
 
-import numpy as np
-
 RKNN_HALF = "--rknn-half"  # hidden: the first half starts this file again with it, in RKNN's venv
 IN_RKNN = RKNN_HALF in sys.argv[1:]
 
-if IN_RKNN:  # the second page script's imports (README: "In the RKNN environment")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+
+# Each page script's imports, word for word (a pasted script starts with them) -----------------
+
+if IN_RKNN:  # the second script's (README: "In the RKNN environment"), and its helper
+    import contextlib
+    import glob
+    import os
+    import re
+
+    import numpy as np
     from rknn.api import RKNN
     from rknn.api.custom_op import get_node_attr
-else:  # the first page script's imports (the main environment)
+
+    @contextlib.contextmanager
+    def expect_error(expected):
+        """The code inside must fail with `expected` in its message: print the error and go on."""
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+            message = f"{type(error).__name__}: {error}"
+            cause = error.__cause__
+            while cause is not None:  # a wrapped error: its cause often names the real problem
+                message += f"\n{type(cause).__name__}: {cause}"
+                cause = cause.__cause__
+            message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+            if expected not in message:
+                raise
+            lines = [line.strip() for line in message.splitlines() if line.strip()]
+            print("  reproduced:", lines[0])
+            if expected not in lines[0]:  # the line that names the cause is further down
+                print("  reproduced, further down:", [x for x in lines if expected in x][0])
+        else:
+            raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+else:  # the first script's (the main environment)
+    import os
+
+    import numpy as np
     import onnx
     import onnxruntime as ort
     import onnxscript
@@ -38,15 +69,13 @@ else:  # the first page script's imports (the main environment)
     import torchvision
     from torch.onnx import register_custom_op_symbolic
     from torch.onnx.symbolic_helper import parse_args
+    from torch.onnx.testing import assert_onnx_program
 
-    try:  # step 3 runs the custom nodes in ONNX Runtime with Python stand-in kernels
+    try:  # step 3 runs the custom nodes in ONNX Runtime with it
         from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
-    except ImportError:  # step 3 says what to install (harness.ortx_problem)
+    except ImportError:  # pip install onnxruntime-extensions
         onnx_op = None
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # noqa: E402
-from harness import assert_onnx_program, expect_error  # noqa: E402
 
 MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
 

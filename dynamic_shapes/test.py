@@ -9,14 +9,22 @@ in one call (strings name the dims), or with torch.export.Dim, captured explicit
 torch.export decided; a fake kernel derives the output's sizes (torch.library.opcheck checks it), a
 data-dependent size is an unbacked symbol, and a translation that reads a traced size fails. Every
 model then runs at three batch sizes and two lengths against PyTorch. Every python block of
-README.md is in this file (the page's helpers in ../harness.py); the lines around them are the
+README.md is in this file; the lines around them are the
 checks.
 """
 
-import os
 import pathlib
 import sys
 import warnings
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+
+# The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
+
+import contextlib
+import os
+import re
 
 import numpy as np
 import onnx
@@ -27,15 +35,40 @@ from onnx.defs import OpSchema
 from torch.export import Dim
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
+from torch.onnx.testing import assert_onnx_program
 
 try:  # the custom nodes run in ONNX Runtime with Python kernels from it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # noqa: E402
-from harness import assert_onnx_program, expect_error, run_ort  # noqa: E402
+
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", [x for x in lines if expected in x][0])
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+
+
+def run_ort(path, feeds, options=None):
+    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
 
 # What the TorchScript exporter prints from C++ before a failing export raises (torch >= 2.8)
 IR_DUMP = ("Torch IR graph at exception",) if harness.TORCH >= (2, 8) else ()

@@ -9,15 +9,22 @@ material), exports it as one `rknn_cst::cstDualResidual` node with the TorchScri
 a second op, keeps the single node under the torch.export-based exporter (dynamo=True) with a fake
 kernel, a local ONNX schema and custom_translation_table (the legacy op with the translation
 alone), and lists what a runtime must provide.
-Every python block of README.md is in this file (the page's helpers in ../harness.py); the lines
+Every python block of README.md is in this file; the lines
 around them are the checks. Needs a C++ compiler; without one it exits 77 (SKIP).
 """
 
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
+import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+
+# The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
+
+import contextlib
 import logging
 import os
-import pathlib
 import re
-import sys
 import time
 
 import numpy as np
@@ -29,15 +36,44 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
+from torch.onnx.testing import assert_onnx_program
 
-try:  # steps 4 and 6 need it to run the custom node; without it they SKIP, saying why
+try:  # steps 4 and 6 run the custom nodes in ONNX Runtime with it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
-except ImportError:
+except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # noqa: E402
-from harness import assert_onnx_program, compare, expect_error  # noqa: E402
+
+@contextlib.contextmanager
+def expect_error(expected):
+    """The code inside must fail with `expected` in its message: print the error and go on."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
+        message = f"{type(error).__name__}: {error}"
+        cause = error.__cause__
+        while cause is not None:  # a wrapped error: its cause often names the real problem
+            message += f"\n{type(cause).__name__}: {cause}"
+            cause = cause.__cause__
+        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
+        if expected not in message:
+            raise
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        print("  reproduced:", lines[0])
+        if expected not in lines[0]:  # the line that names the cause is further down
+            print("  reproduced, further down:", [x for x in lines if expected in x][0])
+    else:
+        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+
+
+def compare(name, actual, expected, rtol, atol):
+    """assert_allclose against PyTorch's result, then one line naming the model and the largest
+    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
+    dynamo=True program.)"""
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
+    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
 
 # ---------------------------------------------------------------------------------------------
 # 1. Build the op

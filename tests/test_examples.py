@@ -43,40 +43,18 @@ def test_example_folder_has_readme_and_test(name):
 
 
 HARNESS = (ROOT / "harness.py").read_text(encoding="utf-8")
-
-
-def harness_helpers() -> dict[str, str]:
-    """The page helpers harness.py keeps for the test.py files: name -> source, as the pages show them."""
-    tree = ast.parse(HARNESS)
-    start = HARNESS.index("# The page helpers:")
-    return {
-        node.name: ast.get_source_segment(HARNESS, node, padded=False)
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef) and HARNESS.index(f"def {node.name}(") > start
-    }
-
-
-def is_helper_block(block: str) -> bool:
-    """A block of the page's helpers: only functions that harness.py keeps for the test.py files."""
-    body = ast.parse(block).body
-    helpers = harness_helpers()
-    return bool(body) and all(isinstance(n, ast.FunctionDef) and n.name in helpers for n in body)
-
-
-def lesson_blocks(name: str) -> list[str]:
-    """The python blocks that are the lesson: all but each page script's imports and helper blocks."""
-    return [
-        block for blocks in page_parts(name) for block in blocks[1:] if not is_helper_block(block)
-    ]
+PAGE_HELPERS = ("expect_error", "run_ort", "compare")  # what pages define for themselves, by the same name
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_readme_blocks_are_in_test_py(name):
-    """A README block is what readers copy: every one, of any length, is code test.py runs (whitespace folded)."""
+    """A README block is what readers copy: every one, of any length, the imports and the page's helpers
+    included, is code test.py runs, word for word (whitespace folded: a block may stand indented there)."""
     code = " ".join((ROOT / name / "test.py").read_text(encoding="utf-8").split())
     drifted = [
         first_code_line(block)
-        for block in lesson_blocks(name)
+        for blocks in page_parts(name)
+        for block in blocks
         if " ".join(block.split()) not in code
     ]
     assert not drifted, (
@@ -84,29 +62,24 @@ def test_readme_blocks_are_in_test_py(name):
     )
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_page_helpers_are_the_ones_test_py_imports(name):
-    """The helpers a page defines for itself (expect_error, run_ort, compare) are harness.py's, word for word,
-    and test.py imports them from there instead of holding a copy."""
-    helpers = harness_helpers()
-    test_py = ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8"))
-    from_harness = {
-        a.asname or a.name
-        for n in test_py.body
-        if isinstance(n, ast.ImportFrom) and n.module == "harness"
-        for a in n.names
-    }
-    problems = []
-    for blocks in page_parts(name):
-        for block in blocks[1:]:
-            if not is_helper_block(block):
-                continue
+def page_helpers() -> dict[str, set[str]]:
+    """helper name -> every source of it on the pages (one, when the pages agree)."""
+    found: dict[str, set[str]] = {helper: set() for helper in PAGE_HELPERS}
+    for name in EXAMPLES:
+        for block in (block for blocks in page_parts(name) for block in blocks):
             for node in ast.parse(block).body:
-                if ast.get_source_segment(block, node) != helpers[node.name]:
-                    problems.append(f"{node.name} differs from harness.py's")
-                if node.name not in from_harness:
-                    problems.append(f"test.py does not import {node.name} from harness")
-    assert not problems, f"{name}/README.md: " + "; ".join(problems)
+                if isinstance(node, ast.FunctionDef) and node.name in found:
+                    found[node.name].add(ast.get_source_segment(block, node))
+    return found
+
+
+def test_the_pages_define_their_helpers_alike():
+    """Each page defines expect_error, run_ort and compare for itself (a pasted page runs alone): the same
+    code on every page that has it, so a fix to one reaches all of them."""
+    found = page_helpers()
+    assert all(found.values()), f"no page defines {[h for h, sources in found.items() if not sources]}"
+    differing = [helper for helper, sources in found.items() if len(sources) > 1]
+    assert not differing, f"these helpers differ between pages: {differing}"
 
 
 def bound_names(tree: ast.Module) -> dict[str, str]:
@@ -121,26 +94,6 @@ def bound_names(tree: ast.Module) -> dict[str, str]:
             for alias in node.names:
                 names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     return names
-
-
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_page_imports_are_test_py_imports(name):
-    """Every name the page's import block binds, test.py binds from the same module; or, for a name whose module
-    differs by torch version, imports from harness.py, which binds it (and says why, in one place). The page's
-    helpers' own imports (contextlib, re, ...) are harness.py's."""
-    test_py = bound_names(ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8")))
-    harness = bound_names(ast.parse(HARNESS))
-    problems = []
-    for blocks in page_parts(name):
-        for bound, module in bound_names(ast.parse(blocks[0])).items():
-            if test_py.get(bound) == module:
-                continue
-            if test_py.get(bound) == f"harness.{bound}" and bound in harness:
-                continue
-            if harness.get(bound) == module and bound not in test_py:  # a helper's import, e.g. re
-                continue
-            problems.append(f"{bound} ({module})")
-    assert not problems, f"{name}: test.py does not import these as the page does: {problems}"
 
 
 def test_page_code_never_imports_the_harness():
@@ -438,7 +391,7 @@ def test_test_py_holds_no_copy_of_the_harness(name):
     harness_names = {
         node.name
         for node in ast.parse(HARNESS).body
-        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name not in harness_helpers()
+        if isinstance(node, ast.FunctionDef | ast.ClassDef)
     }
     tree = ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8"))
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
