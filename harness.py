@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import sys
 import sysconfig
@@ -346,16 +347,27 @@ def _foreign_models(out: pathlib.Path, owned: tuple[str, ...]) -> list[str]:
 TAIL = 25  # lines of a long unexpected message shown after its first
 
 
+def _names_the_cause(line: str) -> bool:
+    """False for a blank line and for one that only says where the error was raised: OpenVINO's
+    `Exception from src/inference/src/cpp/core.cpp:132:`, or a `Check 'cond' failed at file.cpp:12:`
+    with nothing after the place. Any other word on the line (a message after the place) makes it True."""
+    where = r"(Exception from|Check '.*' failed at) \S+:\d+:?"
+    return bool(line.strip()) and not re.fullmatch(where, line.strip())
+
+
 def _unexpected(exc: BaseException) -> str:
-    """An unexpected error, without its traceback: the message's first line and, for a message of
-    many lines (a failed C++ build's: the command, then the compiler's output), its last TAIL lines,
-    where the compiler says what went wrong (a missing header, a full disk)."""
+    """An unexpected error, without its traceback: the first line of its message that names the
+    cause (OpenVINO's messages start with a line that only says where the error was raised), then
+    the message's other lines, that first one too, so nothing is lost; of a message of many lines
+    (a failed C++ build's: the command, then the compiler's output), the last TAIL, where the
+    compiler says what went wrong (a missing header, a full disk)."""
     lines = str(exc).strip().splitlines() or [""]
-    rest = lines[1:]
+    cause = next((i for i, line in enumerate(lines) if _names_the_cause(line)), 0)
+    rest = lines[:cause] + lines[cause + 1 :]
     shown = ["  " + line for line in rest[-TAIL:]]
     if len(rest) > TAIL:
         shown.insert(0, f"  ... ({len(rest) - TAIL} lines left out; -v prints the traceback)")
-    return "\n".join([f"unexpected {type(exc).__name__}: {lines[0]}", *shown])
+    return "\n".join([f"unexpected {type(exc).__name__}: {lines[cause].strip()}", *shown])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,32 +1,34 @@
 """Run every example in this repository and summarise the results.
 
-An example is any top-level folder holding a ``test.py``. Each one runs in its own
-subprocess, with its folder as the working directory, because symbolic registrations
-(``register_custom_op_symbolic``, ``onnx.defs.register_schema``, loaded C++ ops) are
-global to a process: two examples sharing one interpreter could pass or fail because
-of each other.
+An example is any top-level folder holding a ``test.py``. Each runs in its own subprocess, in its folder, since
+symbolic registrations (``register_custom_op_symbolic``, ``onnx.defs.register_schema``, loaded C++ ops) are
+global to a process: two examples sharing one interpreter could pass or fail because of each other.
 
-    python run_all.py                      # every example
+    python run_all.py                      # every example, as many at once as this process may use CPUs
     python run_all.py --list               # what would run
     python run_all.py autograd_function    # only the ones named (./NAME and NAME/ work too)
+    python run_all.py -j 1                 # one example at a time
     python run_all.py --out /tmp/models    # example NAME writes under /tmp/models/NAME
     python run_all.py --timeout 600        # stop an example after 600 s (default: 1200) and go on
-    python run_all.py -v                   # each example's whole output, as it runs (test.py -v)
+    python run_all.py -v                   # each example's whole output, as it runs (test.py -v; -j 1 unless given)
 
-Each example runs in its own process group. A timeout stops the example and every process it
-started (SIGTERM, then SIGKILL 3 s later), reports it as FAIL with the last lines it printed, and
-the run goes on with the next example. Ctrl-C (or SIGTERM, SIGHUP) stops the running example the
-same way (a second Ctrl-C skips the 3 s), prints the summary so far with that example marked INT
-and the ones not run, and exits.
+An example's start is a line `RUN   NAME`, its end `PASS  NAME  (12.3 s)` (or FAIL, SKIP, INT), after its output
+if it failed or was interrupted (every one's, with -v and -j above 1): one block, which no other example's lines
+break. The summary keeps the order given; a failure's reason is the example's last `FAIL: ` line, else the
+exception line of its traceback. Each example runs in its own process group, with its own timeout, which stops
+the group (SIGTERM, then SIGKILL 3 s later; ninja passes the SIGTERM on to its compilers' groups), counts it as
+FAIL with the last lines it printed, and the run goes on. Ctrl-C (or SIGTERM, SIGHUP) stops every running example
+so (a second Ctrl-C skips the 3 s), prints the summary so far with those marked INT and the ones not run, and exits.
 
-Exit status: 0 when nothing failed (skips are not failures), 1 when an example failed or timed
-out, 2 for a bad command line (an unknown example name, a --timeout that is not a positive
-number, an empty --out), 130 after Ctrl-C (128 + the signal number after SIGTERM or SIGHUP).
+Exit status: 0 when nothing failed (skips are not failures), 1 when an example failed or timed out, 2 for a bad
+command line (an unknown example name, a --timeout that is not a positive number, a -j below 1, an empty --out),
+130 after Ctrl-C (128 + the signal number after SIGTERM or SIGHUP).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import math
 import os
 import pathlib
@@ -40,315 +42,178 @@ ROOT = pathlib.Path(__file__).resolve().parent
 SKIP_EXIT_CODE = 77  # the exit status an example uses for "cannot run here", as in automake
 REASON_LINES = 3  # how many of an example's last output lines explain a SKIP or FAIL
 GRACE_SECONDS = 3.0  # after SIGTERM, how long an example's processes get before SIGKILL
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
-
-
-class StopRequest:
-    """The signals that ask the runner to stop (Ctrl-C is SIGINT), as a flag the waiting loops read:
-    a handler that only records the signal cannot interrupt the runner halfway through starting or
-    stopping an example, so no example is ever left running unwatched."""
-
-    def __init__(self) -> None:
-        self.signals: list[int] = []
-
-    def __call__(self, signum, frame) -> None:
-        self.signals.append(signum)
-
-    def __bool__(self) -> bool:
-        return bool(self.signals)
-
-
-STOP = StopRequest()
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP: list[int] = []  # stop signals received (Ctrl-C is SIGINT), for the waiting loops: nothing is cut off halfway
+PRINTING = threading.Lock()  # held while one example's lines are printed
 
 
 def discover(root: pathlib.Path = ROOT) -> list[str]:
     """The examples: top-level folders that hold a test.py, sorted by name."""
-    return sorted(
-        path.name
-        for path in root.iterdir()
-        if path.is_dir() and not path.name.startswith(".") and (path / "test.py").is_file()
-    )
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and (p / "test.py").is_file())
 
 
 def normalise(name: str, examples: list[str], root: pathlib.Path = ROOT) -> str:
     """An example named as on a shell prompt: `x`, `./x`, `x/`, or a path to its folder."""
-    plain = pathlib.PurePath(name).as_posix()
-    if plain in examples:
-        return plain
-    folder = pathlib.Path(name).resolve()
-    if folder.parent == root and folder.name in examples:
-        return folder.name
-    return plain
+    plain, folder = pathlib.PurePath(name).as_posix(), pathlib.Path(name).resolve()
+    found = plain not in examples and folder.parent == root and folder.name in examples
+    return folder.name if found else plain
 
 
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
-    return value
-
-
-def non_empty_path(text: str) -> pathlib.Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "must not be empty (it would write into the example folders)"
-        )
-    return pathlib.Path(text)
+def cpu_count() -> int:
+    """The CPUs this process may use: its affinity (os.process_cpu_count() from Python 3.13), else all."""
+    if hasattr(os, "process_cpu_count"):
+        return os.process_cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def last_lines(text: str, count: int = REASON_LINES) -> str:
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[-count:])
+    return " | ".join([line.rstrip() for line in text.splitlines() if line.strip()][-count:])
 
 
 def verdict(text: str, word: str) -> str:
-    """An example's own last `SKIP: why` (or `FAIL: why`) line, without the word: the whole reason on
-    one line. Where it printed none (it crashed, or was stopped), its last lines."""
+    """Its last `SKIP: why` (`FAIL: why`) line without the word, else its traceback's exception line or last lines."""
     said = [line.strip() for line in text.splitlines() if line.startswith(f"{word}: ")]
-    return said[-1].removeprefix(f"{word}: ") if said else last_lines(text)
-
-
-def process_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (parent pid, process group, state) of every process, from /proc; {} where there is none."""
-    table = {}
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, ppid, pgrp = (
-                stat.read_text().rsplit(")", 1)[1].split()[:3]
-            )  # after "pid (command)"
-        except (OSError, ValueError):
-            continue  # it ended while we looked
-        table[int(stat.parent.name)] = (int(ppid), int(pgrp), state)
-    return table
-
-
-def tree_groups(pid: int, table: dict[int, tuple[int, int, str]]) -> set[int]:
-    """The process groups of pid's descendants. Most share the example's group; some tools start their
-    own (ninja runs each compiler in a new group), and those must be stopped too."""
-    children: dict[int, list[int]] = {}
-    for child, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(child)
-    groups, todo = set(), list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        groups.add(table[child][1])
-        todo += children.get(child, [])
-    return groups
-
-
-def live_groups(groups: set[int], table: dict[int, tuple[int, int, str]]) -> set[int]:
-    """Those of groups that still have a running process. Zombies do not count: they have exited, and
-    where pid 1 does not reap orphans (some containers) they stay in their group until it ends."""
-    if table:
-        return {pgrp for _, pgrp, state in table.values() if pgrp in groups and state not in "ZX"}
-    alive = set()  # no /proc: a group with only zombies left counts as alive until the grace ends
-    for pgid in groups:
-        try:
-            os.killpg(pgid, 0)
-            alive.add(pgid)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            alive.add(pgid)
-    return alive
-
-
-def signal_groups(groups: set[int], signum: int) -> None:
-    for pgid in groups:
-        try:
-            os.killpg(pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+    if said:
+        return said[-1].removeprefix(f"{word}: ")
+    _, crashed, traceback = text.rpartition("Traceback (most recent call last):")
+    unindented = [line for line in traceback.splitlines()[1:] if line.strip() and not line[0].isspace()]
+    return unindented[0].rstrip() if crashed and unindented else last_lines(text)
 
 
 def stop_group(proc: subprocess.Popen) -> None:
-    """Stop the example and every process it started: SIGTERM to its process group (and to the groups its
-    descendants started), SIGKILL to what is left after a grace, or at once on another Ctrl-C."""
-    groups = {proc.pid} | tree_groups(
-        proc.pid, process_table()
-    )  # start_new_session: it leads its group
-    signal_groups(groups, signal.SIGTERM)
-    signals_before = len(STOP.signals)
-    deadline = time.monotonic() + GRACE_SECONDS
-    while True:
-        proc.poll()
-        table = process_table()
-        new = tree_groups(proc.pid, table) - groups  # started while we waited
-        signal_groups(new, signal.SIGTERM)
-        groups |= new
-        alive = live_groups(groups, table)
-        if not alive or time.monotonic() > deadline or len(STOP.signals) > signals_before:
-            break
-        time.sleep(0.05)
-    signal_groups(alive, signal.SIGKILL)
+    """SIGTERM to the example's process group, SIGKILL to what is left of it after a grace (at once on another
+    Ctrl-C); nothing once the group is empty. A zombie counts: where pid 1 reaps no orphans, it waits the grace."""
+    signals_before, deadline = len(STOP), time.monotonic() + GRACE_SECONDS
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, signum)  # start_new_session: the group's id is the example's pid
+            while time.monotonic() < deadline and len(STOP) == signals_before:
+                time.sleep(0.05)
+                proc.poll()  # reaps the example once it ends
+                os.killpg(proc.pid, 0)  # ProcessLookupError once the group is empty
+        except OSError:
+            break  # nothing left to stop
     proc.wait()
 
 
-def run_example(
-    name: str,
-    root: pathlib.Path,
-    out: pathlib.Path | None,
-    timeout: float,
-    verbose: bool = False,
-) -> dict:
-    """Run one example; status PASS, FAIL, SKIP, or INT when the runner was asked to stop meanwhile."""
-    command = [sys.executable, "test.py"]
+def run_example(name: str, out, timeout: float, verbose=False, live=False) -> dict:
+    """Run one example: PASS, FAIL, SKIP, or INT (the runner was asked to stop); LIVE prints its lines as they come."""
+    command = [sys.executable, "test.py", *(["-v"] if verbose else [])]
     if out is not None:
-        command += ["--out", str((out / name).resolve())]
-    if verbose:
-        command.append("-v")
-    env = dict(
-        os.environ, PYTHONUNBUFFERED="1"
-    )  # so the lines printed before a hang reach the summary
+        command += ["--out", str(pathlib.Path(out, name).resolve())]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")  # so the lines printed before a hang reach the summary
     lines: list[str] = []
 
-    def read(
-        stream,
-    ) -> None:  # output as it comes, so a hang or Ctrl-C loses nothing printed before
-        for raw in iter(stream.readline, b""):
-            line = raw.decode(errors="replace")
-            lines.append(line)
-            if verbose:
-                sys.stdout.write(line)
-                sys.stdout.flush()
+    def read(stream) -> None:  # output as it comes, so a hang or Ctrl-C loses nothing printed before
+        with stream:
+            for raw in iter(stream.readline, b""):
+                lines.append(raw.decode(errors="replace"))
+                if live:
+                    print(lines[-1], end="", flush=True)
 
     start = time.monotonic()
-    proc = subprocess.Popen(
-        command,
-        cwd=root / name,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: stop it and all its children at once
-    )
+    proc = subprocess.Popen(  # in a session of its own: a group to stop at once, and no Ctrl-C from the terminal
+        command, cwd=ROOT / name, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True)
     reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
     reader.start()
-    deadline = start + timeout
-    while proc.poll() is None and not STOP and time.monotonic() < deadline:
-        try:
-            proc.wait(timeout=min(0.1, max(deadline - time.monotonic(), 0.001)))
-        except subprocess.TimeoutExpired:
-            pass
-    stopped = proc.returncode is None and bool(STOP)
-    timed_out = proc.returncode is None and not stopped
-    # Also when it exited by itself: whatever it left running is stopped (and then holds no pipe).
-    stop_group(proc)
+    while proc.poll() is None and not STOP and time.monotonic() < start + timeout:
+        time.sleep(0.05)
+    stopped, timed_out = proc.returncode is None and bool(STOP), proc.returncode is None and not STOP
+    stop_group(proc)  # also when it exited by itself: whatever it left running in its group
     reader.join(timeout=5)
-    if (
-        reader.is_alive()
-    ):  # a process that escaped the tree (a daemon in a new session) holds the pipe open
-        lines.append(
-            f"[run_all: a process {name} started still holds its output open; not waiting for it]\n"
-        )
-    else:
-        proc.stdout.close()  # not while the reader blocks on it: that would wait for the reader
-    seconds = time.monotonic() - start
+    if reader.is_alive():  # a process that left the group (a daemon in a new session) holds the pipe open
+        lines.append(f"[run_all: a process {name} started still holds its output open; not waiting for it]\n")
     output = "".join(lines)
     if stopped:
-        signum = STOP.signals[0]
-        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        by = "" if STOP[0] == signal.SIGINT else f" by {signal.Signals(STOP[0]).name}"
         status, reason = "INT", f"interrupted{by}: {last_lines(output)}"
     elif timed_out:
         status, reason = "FAIL", f"timed out after {timeout:g} s: {last_lines(output)}"
-    elif proc.returncode == 0:
-        status, reason = "PASS", ""
-    elif proc.returncode == SKIP_EXIT_CODE:
-        status, reason = "SKIP", verdict(output, "SKIP")
+    elif proc.returncode in (0, SKIP_EXIT_CODE):
+        status, reason = ("SKIP", verdict(output, "SKIP")) if proc.returncode else ("PASS", "")
     else:
         status, reason = "FAIL", f"exit {proc.returncode}: {verdict(output, 'FAIL')}"
-    return {"name": name, "status": status, "seconds": seconds, "reason": reason, "output": output}
+    return {"name": name, "status": status, "seconds": time.monotonic() - start, "reason": reason, "output": output}
+
+
+def run_examples(names: list[str], args, jobs: int) -> dict[str, dict]:
+    """Run NAMES, up to JOBS at once (no two C++ builds share a build folder: each example has its own)."""
+    live = args.verbose and jobs == 1
+
+    def say(*texts: str) -> None:  # together: no other example's lines come between them
+        with PRINTING:
+            print("\n".join(text for text in texts if text), flush=True)
+
+    def run_one(name: str) -> dict | None:
+        if STOP:
+            return None
+        say(f"RUN   {name}")
+        result = run_example(name, args.out, args.timeout, args.verbose, live)
+        shown = not live and (args.verbose or result["status"] in ("FAIL", "INT"))
+        block = f"---- {name} printed:\n{result['output'].rstrip()}" if shown else ""
+        say(block, f"{result['status']}  {name}  ({result['seconds']:.1f} s)")
+        return result
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:  # the main thread waits; signal handlers run
+        return {result["name"]: result for result in pool.map(run_one, names) if result}
 
 
 def print_summary(results: list[dict], not_run: list[str]) -> None:
-    width = max(len("example"), *(len(r["name"]) for r in results))
-    print()
-    print(f"{'example':<{width}}  result  seconds  reason")
-    print(f"{'-' * width}  ------  -------  ------")
+    width = max([len("example"), *(len(r["name"]) for r in results)])
+    print(f"\n{'example':<{width}}  result  seconds  reason\n{'-' * width}  ------  -------  ------")
     for r in results:
         print(f"{r['name']:<{width}}  {r['status']:<6}  {r['seconds']:7.1f}  {r['reason']}")
-    counts = {
-        status: sum(r["status"] == status for r in results)
-        for status in ("PASS", "FAIL", "SKIP", "INT")
-    }
+    counts = {status: sum(r["status"] == status for r in results) for status in ("PASS", "FAIL", "SKIP", "INT")}
     closing = f"\n{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped"
-    if counts["INT"]:
-        closing += f", {counts['INT']} interrupted"
-    if not_run:  # after Ctrl-C
-        closing += f"; not run: {', '.join(not_run)}"
+    closing += f", {counts['INT']} interrupted" if counts["INT"] else ""
+    closing += f"; not run: {', '.join(not_run)}" if not_run else ""  # after Ctrl-C
     print(closing, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", metavar="NAME", help="examples to run (default: all)")
-    parser.add_argument(
-        "--list", action="store_true", help="print the examples (the ones named, or all) and exit"
-    )
-    parser.add_argument(
-        "--out",
-        type=non_empty_path,
-        metavar="DIR",
-        help="write example NAME's models under DIR/NAME",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=1200,
-        metavar="SECONDS",
-        help="stop an example (and every process it started) after SECONDS, count it as failed and go on "
-        "(a positive number; default: 1200)",
-    )
-    parser.add_argument(
-        "--verbose",
-        "-v",
-        action="store_true",
-        help="run each example with -v (full graphs) and print its whole output as it runs",
-    )
+    parser.add_argument("--list", action="store_true", help="print the examples (the ones named, or all) and exit")
+    parser.add_argument("--out", metavar="DIR", help="write example NAME's models under DIR/NAME")
+    parser.add_argument("--timeout", type=float, default=1200, metavar="SECONDS",
+                        help="stop an example (and every process it started) after SECONDS, count it as failed "
+                        "and go on (a positive number; default: 1200)")
+    parser.add_argument("-j", "--jobs", type=int, metavar="N", help="run up to N examples at once "
+                        f"(default: {cpu_count()}, the CPUs this process may use; 1 with -v)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="run each example with -v (full graphs) and print its whole output (as it runs, -j 1)")
     args = parser.parse_args(argv)
+    if args.out is not None and not args.out.strip():
+        parser.error("argument --out: must not be empty (it would write into the example folders)")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        parser.error(f"argument --timeout: must be a positive number of seconds, not {args.timeout}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"argument -j/--jobs: must be at least 1, not {args.jobs}")
 
     examples = discover()
-    names = list(
-        dict.fromkeys(normalise(name, examples) for name in args.names)
-    )  # in order, once each
+    names = list(dict.fromkeys(normalise(name, examples) for name in args.names))  # in order, once each
     unknown = [name for name in names if name not in examples]
     if unknown:
-        print(
-            f"unknown example(s): {', '.join(unknown)}; valid: {', '.join(examples)}",
-            file=sys.stderr,
-        )
+        print(f"unknown example(s): {', '.join(unknown)}; valid: {', '.join(examples)}", file=sys.stderr)
         return 2
     selected = names or examples
     if args.list:
         print("\n".join(selected))
         return 0
 
-    STOP.signals.clear()
-    previous = {signum: signal.signal(signum, STOP) for signum in STOP_SIGNALS}
+    STOP.clear()
+    previous = {signum: signal.signal(signum, lambda signum, frame: STOP.append(signum)) for signum in STOP_SIGNALS}
     try:
-        results: list[dict] = []
-        for name in selected:
-            if STOP:  # between two examples: none is running
-                break
-            result = run_example(name, ROOT, args.out, args.timeout, args.verbose)
-            results.append(result)
-            if not args.verbose and result["status"] in ("FAIL", "INT"):
-                print(result["output"].rstrip())
-            print(f"{result['status']}  {name}  ({result['seconds']:.1f} s)", flush=True)
-        print_summary(results, selected[len(results) :])
+        results = run_examples(selected, args, args.jobs or (1 if args.verbose else cpu_count()))
+        ran = [results[name] for name in selected if name in results]  # in the order given, not finishing order
+        print_summary(ran, [name for name in selected if name not in results])
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if STOP:
-        return 128 + STOP.signals[0]
-    return 1 if any(r["status"] == "FAIL" for r in results) else 0
+        return 128 + STOP[0]
+    return 1 if any(r["status"] == "FAIL" for r in ran) else 0
 
 
 if __name__ == "__main__":

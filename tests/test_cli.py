@@ -174,3 +174,34 @@ def test_a_failed_cpp_build_shows_what_the_compiler_said(tmp_path):
     assert fail_lines[0].startswith("FAIL: unexpected RuntimeError: Error building extension"), fail_lines[0]
     after = proc.stdout.split(fail_lines[0], 1)[1]
     assert "fatal error: cannot write main.o: No space left on device" in after, proc.stdout[-3000:]
+
+
+def test_an_unexpected_error_is_named_by_the_line_that_says_what_went_wrong():
+    """The FAIL line of an unexpected error (run_all.py's summary shows it) names the cause: a first line that only
+    says where the error was raised (OpenVINO's `Exception from <file>:<line>:`, a bare `Check '...' failed at
+    <file>:<line>:`) gives way to the next line that says more. Every line of the message is still printed below."""
+    import harness
+
+    openvino = (
+        "Exception from src/inference/src/cpp/core.cpp:132:\n"
+        "Unsupported operation of type: CstThreshold name: /op/cstThreshold\n"
+        "Details:\n"
+        "Exception from src/plugins/intel_cpu/src/nodes/reference.cpp:36:\n"
+        "Not Implemented:\n"
+        "Cannot fallback on ngraph reference implementation. Ngraph::Node::evaluate() is not implemented for op: ..."
+    )
+    first, *below = harness._unexpected(RuntimeError(openvino)).splitlines()
+    assert first == "unexpected RuntimeError: Unsupported operation of type: CstThreshold name: /op/cstThreshold"
+    assert below == ["  " + line for line in openvino.splitlines() if "CstThreshold name" not in line]
+
+    check = "Check 'false' failed at src/frontends/onnx/frontend/src/core/graph.cpp:126:\nFRONT_END_GENERAL_FAILURE"
+    assert harness._unexpected(RuntimeError(check)).splitlines() == [
+        "unexpected RuntimeError: FRONT_END_GENERAL_FAILURE",
+        "  Check 'false' failed at src/frontends/onnx/frontend/src/core/graph.cpp:126:",
+    ]
+    # a line with words after the place names the cause itself; a message of places only keeps its first line
+    said = "Check 'rank == 4' failed at src/core/shape.cpp:40: the input must be 4-D\nmore"
+    assert harness._unexpected(ValueError(said)).splitlines()[0] == f"unexpected ValueError: {said.splitlines()[0]}"
+    only_places = RuntimeError("Exception from a.cpp:1:")
+    assert harness._unexpected(only_places) == "unexpected RuntimeError: Exception from a.cpp:1:"
+    assert harness._unexpected(KeyError("x")) == "unexpected KeyError: 'x'"  # one-line messages as before
