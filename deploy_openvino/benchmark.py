@@ -6,9 +6,10 @@ Run: python benchmark.py [--out DIR] [--sizes N ...] [--runs N]
 It takes test.py's ops, models and extensions (test.py runs nothing at import) and exports the
 three mid-graph models at 1x3xNxN (64 and 512) with dynamo=True (torch >= 2.6): once with the
 rknn_cst nodes, once with each op translated into standard ONNX ops. It builds (or reuses)
-test.py's C++ library in DIR, compiles every model for the CPU in f32, and prints the median time
-of an inference as a Markdown table (README.md shows one, under Notes), with the machine's load
-average, since other work on a shared machine slows every column.
+test.py's C++ library in DIR, compiles every model for the CPU in f32 and, where the CPU's default
+precision is another (bf16 or f16), in that too, and prints the median time of an inference as a
+Markdown table with the precision each row ran in (README.md shows one, under Notes), with the
+machine's load average, since other work on a shared machine slows every column.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def median_ms(compiled_models, feeds, runs: int) -> list[float]:
     return [statistics.median(kept) for kept in times]
 
 
+def precision_of(compiled) -> str:
+    """The precision the CPU plugin compiled for: f32, bf16 or f16."""
+    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+
+
 def layer_types(compiled) -> list[str]:
     """What the CPU plugin made of the model: the type of each of its layers, in order."""
     ops = compiled.get_runtime_model().get_ordered_ops()
@@ -106,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         python_ops.add_extension(lesson.ConversionExtension(name, domain, convert))
     standard = ov.Core()
+    configs = [lesson.F32]  # f32, and the CPU's own default where that is bf16 or f16
+    if precision_of(standard.compile_model(ov.Model([], [], "empty"), "CPU")) != "f32":
+        configs.append({})
 
     models = {
         "threshold_net": lesson.MidGraph(torch.nn.Threshold(0.1, 20), 1, 1).eval(),
@@ -129,32 +138,39 @@ def main(argv: list[str] | None = None) -> int:
             assert not {"cstThreshold", "cstDualResidual", "Foo"} & set(ops), ops
             expected = model(x).detach().numpy()
             feeds = [x.numpy()]
-            compiled_models = []
-            for core, path in [
-                (cpp_ops, custom_path), (python_ops, custom_path), (standard, standard_path)
-            ]:
-                compiled = core.compile_model(path, "CPU", lesson.F32)
-                (actual,) = compiled(feeds).values()
-                np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4, err_msg=path)
-                compiled_models.append(compiled)
-            times = median_ms(compiled_models, feeds, args.runs)
-            if size == args.sizes[-1]:
-                kinds = [layer_types(compiled) for compiled in compiled_models]
-                notes.append(
-                    f"{name}: the C++ kernel runs as {kinds[0].count('Reference')} Reference"
-                    f" layer(s) among {kinds[0].count('Reorder')} Reorders; the standard ops"
-                    f" compile to {', '.join(sorted(set(kinds[2]) - {'Input', 'Output', 'Const'}))}"
+            for config in configs:
+                compiled_models = []
+                for core, path in [
+                    (cpp_ops, custom_path), (python_ops, custom_path), (standard, standard_path)
+                ]:
+                    compiled = core.compile_model(path, "CPU", config)
+                    (actual,) = compiled(feeds).values()
+                    if config == lesson.F32:  # bf16 and f16 drift: step 7 of README.md
+                        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
+                    compiled_models.append(compiled)
+                precision = precision_of(compiled_models[0])
+                assert {precision_of(c) for c in compiled_models} == {precision}
+                times = median_ms(compiled_models, feeds, args.runs)
+                if size == args.sizes[-1] and config == lesson.F32:
+                    kinds = [layer_types(compiled) for compiled in compiled_models]
+                    standard_kinds = sorted(set(kinds[2]) - {"Input", "Output", "Const"})
+                    notes.append(
+                        f"{name}: the C++ kernel runs as {kinds[0].count('Reference')} Reference"
+                        f" layer(s) among {kinds[0].count('Reorder')} Reorders; the standard ops"
+                        f" compile to {', '.join(standard_kinds)}"
+                    )
+                rows.append(
+                    [name, f"{size}x{size}", precision, *(f"{t:.2f} ms" for t in times)]
                 )
-            rows.append([name, f"{size}x{size}", *(f"{t:.2f} ms" for t in times)])
 
     cores = os.cpu_count()
     cpu = cpp_ops.get_property("CPU", "FULL_DEVICE_NAME")
     load = os.getloadavg()[0]  # other work on the machine: the times are worth what it leaves
     print(f"\n{cpu}, {cores} logical cores, {platform.machine()}; openvino {ov.__version__};")
     print(f"load average {load:.1f} at the end (1 = one core busy);")
-    print(f"the median of {args.runs} inferences (taking turns), f32, input 1x3xHxW:\n")
-    print("| model | H x W | C++ kernel | Python op | standard ops |")
-    print("| --- | --- | --- | --- | --- |")
+    print(f"the median of {args.runs} inferences (taking turns), input 1x3xHxW:\n")
+    print("| model | H x W | precision | C++ kernel | Python op | standard ops |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print()

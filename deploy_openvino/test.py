@@ -29,6 +29,7 @@ import subprocess
 import time
 import typing
 
+import ml_dtypes
 import ninja
 import numpy as np
 import onnx
@@ -307,6 +308,28 @@ def step3_no_extension():
 # ---------------------------------------------------------------------------------------------
 
 
+# The element types the CPU plugin may hand a custom op (step 7): f32; f16 where it infers in
+# f16; bf16 where the model itself is bf16. The ops compute in float32, round each result once.
+FLOAT_TYPES = (ov.Type.f32, ov.Type.f16, ov.Type.bf16)
+
+
+def as_float32(tensor):
+    """A tensor's values as float32, whether it holds f32, f16 or bf16."""
+    data = tensor.data
+    if tensor.element_type == ov.Type.bf16:  # .data shows bf16's bits as float16: view them
+        data = data.view(np.uint16).view(ml_dtypes.bfloat16)
+    return data.astype(np.float32)
+
+
+def store(tensor, result):
+    """Put RESULT into TENSOR, rounded once to the tensor's element type."""
+    tensor.shape = result.shape
+    if tensor.element_type == ov.Type.bf16:
+        tensor.data.view(np.uint16)[:] = result.astype(ml_dtypes.bfloat16).view(np.uint16)
+    else:
+        tensor.data[:] = result
+
+
 class CstThreshold(ov.Op):
     """rknn_cst::cstThreshold for OpenVINO: y = x if x > threshold else value."""
 
@@ -324,14 +347,13 @@ class CstThreshold(ov.Op):
         visitor.on_attributes({"threshold": self.threshold, "value": self.value})
         return True
 
-    def has_evaluate(self):
-        return True
+    def has_evaluate(self):  # the element types evaluate() reads
+        return self.get_input_element_type(0) in FLOAT_TYPES
 
     def evaluate(self, outputs, inputs):  # torch's rule, NaN included: x <= threshold -> value
-        x = inputs[0].data
-        outputs[0].shape = x.shape
+        x = as_float32(inputs[0])
         below = x <= np.float32(self.threshold)
-        outputs[0].data[:] = np.where(below, np.float32(self.value), x)
+        store(outputs[0], np.where(below, np.float32(self.value), x))
         return True
 
 
@@ -353,15 +375,14 @@ class CstDualResidual(ov.Op):
         visitor.on_attributes({"alpha": self.alpha})
         return True
 
-    def has_evaluate(self):
-        return True
+    def has_evaluate(self):  # the element types evaluate() reads
+        return self.get_input_element_type(0) in FLOAT_TYPES
 
     def evaluate(self, outputs, inputs):
-        x, y = inputs[0].data, inputs[1].data
+        x, y = as_float32(inputs[0]), as_float32(inputs[1])
         alpha = np.float32(self.alpha)
-        for output, result in zip(outputs, (x * alpha - y, y * alpha - x), strict=True):
-            output.shape = result.shape
-            output.data[:] = result
+        store(outputs[0], x * alpha - y)
+        store(outputs[1], y * alpha - x)
         return True
 
 
@@ -391,17 +412,15 @@ class FooOv(ov.Op):
         })
         return True
 
-    def has_evaluate(self):
-        return True
+    def has_evaluate(self):  # the element types evaluate() reads
+        return self.get_input_element_type(0) in FLOAT_TYPES
 
     def evaluate(self, outputs, inputs):
-        x, y = inputs[0].data, inputs[1].data
+        x, y = as_float32(inputs[0]), as_float32(inputs[1])
         sign = np.float32(-1.0 if self.mode == "sub" else 1.0)
         z = x * np.float32(self.alpha) + sign * (y * np.float32(self.beta))
         z = z * np.asarray(self.scales, dtype=np.float32).reshape(1, -1, 1, 1)
-        result = z.sum(axis=tuple(self.dims), keepdims=True, dtype=np.float64)
-        outputs[0].shape = result.shape
-        outputs[0].data[:] = result
+        store(outputs[0], z.sum(axis=tuple(self.dims), keepdims=True, dtype=np.float64))
         return True
 
 
@@ -483,6 +502,19 @@ CPP_HEADER = r"""
 // The ONNX frontend hands a FLOATS attribute over as std::vector<double> (a FLOAT as a double,
 // which OpenVINO narrows to a float member by itself; a list it does not narrow).
 using FloatList = std::vector<double>;
+
+// The element types the CPU plugin may hand an op (step 7): f32, f16, bf16. with_type calls
+// compute(T{}) with T the matching C++ type. The ops compute in float, round each result once.
+inline bool is_float_type(const ov::element::Type& type) {
+    return type == ov::element::f32 || type == ov::element::f16 || type == ov::element::bf16;
+}
+template <typename Compute>
+bool with_type(const ov::element::Type& type, Compute compute) {
+    if (type == ov::element::f32) return compute(float{});
+    if (type == ov::element::f16) return compute(ov::float16{});
+    if (type == ov::element::bf16) return compute(ov::bfloat16{});
+    return false;
+}
 """
 
 THRESHOLD_CPP = r"""
@@ -508,14 +540,18 @@ public:
         visitor.on_attribute("value", value_);
         return true;
     }
-    bool has_evaluate() const override { return get_input_element_type(0) == ov::element::f32; }
+    bool has_evaluate() const override { return is_float_type(get_input_element_type(0)); }
     bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
         outputs[0].set_shape(inputs[0].get_shape());
-        const float* x = inputs[0].data<const float>();
-        float* y = outputs[0].data<float>();
-        const size_t size = inputs[0].get_size();
-        for (size_t i = 0; i < size; ++i) y[i] = x[i] <= threshold_ ? value_ : x[i];
-        return true;
+        return with_type(inputs[0].get_element_type(), [&](auto zero) {
+            using T = decltype(zero);  // float, ov::float16 or ov::bfloat16
+            const T* x = inputs[0].data<const T>();
+            T* y = outputs[0].data<T>();
+            const size_t size = inputs[0].get_size();
+            for (size_t i = 0; i < size; ++i)
+                y[i] = static_cast<float>(x[i]) <= threshold_ ? T(value_) : x[i];
+            return true;
+        });
     }
 
 private:
@@ -546,20 +582,24 @@ public:
         visitor.on_attribute("alpha", alpha_);
         return true;
     }
-    bool has_evaluate() const override { return get_input_element_type(0) == ov::element::f32; }
+    bool has_evaluate() const override { return is_float_type(get_input_element_type(0)); }
     bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
         outputs[0].set_shape(inputs[0].get_shape());
         outputs[1].set_shape(inputs[1].get_shape());
-        const float* x = inputs[0].data<const float>();
-        const float* y = inputs[1].data<const float>();
-        float* x_res = outputs[0].data<float>();
-        float* y_res = outputs[1].data<float>();
-        const size_t size = inputs[0].get_size();
-        for (size_t i = 0; i < size; ++i) {
-            x_res[i] = x[i] * alpha_ - y[i];
-            y_res[i] = y[i] * alpha_ - x[i];
-        }
-        return true;
+        return with_type(inputs[0].get_element_type(), [&](auto zero) {
+            using T = decltype(zero);
+            const T* x = inputs[0].data<const T>();
+            const T* y = inputs[1].data<const T>();
+            T* x_res = outputs[0].data<T>();
+            T* y_res = outputs[1].data<T>();
+            const size_t size = inputs[0].get_size();
+            for (size_t i = 0; i < size; ++i) {
+                const float xi = x[i], yi = y[i];
+                x_res[i] = T(xi * alpha_ - yi);
+                y_res[i] = T(yi * alpha_ - xi);
+            }
+            return true;
+        });
     }
 
 private:
@@ -601,7 +641,7 @@ public:
         visitor.on_attribute("dims", dims_);
         return true;
     }
-    bool has_evaluate() const override { return get_input_element_type(0) == ov::element::f32; }
+    bool has_evaluate() const override { return is_float_type(get_input_element_type(0)); }
     bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
         const ov::Shape shape = inputs[0].get_shape();  // N, C, H, W
         ov::Shape reduced = shape;
@@ -612,21 +652,27 @@ public:
         std::vector<size_t> step = ov::row_major_strides(reduced);
         for (size_t axis = 0; axis < 4; ++axis)
             if (reduces(axis)) step[axis] = 0;
-        const float* x = inputs[0].data<const float>();
-        const float* y = inputs[1].data<const float>();
         const float sign = mode_ == "sub" ? -1.0f : 1.0f;
-        std::vector<double> sums(outputs[0].get_size(), 0.0);  // summed in double
-        for (size_t n = 0, i = 0; n < shape[0]; ++n)
-            for (size_t c = 0; c < shape[1]; ++c) {
-                const float scale = static_cast<float>(scales_[c]);
-                for (size_t h = 0; h < shape[2]; ++h)
-                    for (size_t w = 0; w < shape[3]; ++w, ++i) {
-                        const size_t o = n * step[0] + c * step[1] + h * step[2] + w * step[3];
-                        sums[o] += (x[i] * alpha_ + sign * (y[i] * beta_)) * scale;
-                    }
-            }
-        std::copy(sums.begin(), sums.end(), outputs[0].data<float>());
-        return true;
+        return with_type(inputs[0].get_element_type(), [&](auto zero) {
+            using T = decltype(zero);
+            const T* x = inputs[0].data<const T>();
+            const T* y = inputs[1].data<const T>();
+            std::vector<double> sums(outputs[0].get_size(), 0.0);  // summed in double
+            for (size_t n = 0, i = 0; n < shape[0]; ++n)
+                for (size_t c = 0; c < shape[1]; ++c) {
+                    const float scale = static_cast<float>(scales_[c]);
+                    const size_t nc = n * step[0] + c * step[1];
+                    for (size_t h = 0; h < shape[2]; ++h)
+                        for (size_t w = 0; w < shape[3]; ++w, ++i) {
+                            const size_t o = nc + h * step[2] + w * step[3];
+                            const float xi = x[i], yi = y[i];
+                            sums[o] += (xi * alpha_ + sign * (yi * beta_)) * scale;
+                        }
+                }
+            T* z = outputs[0].data<T>();
+            for (size_t o = 0; o < sums.size(); ++o) z[o] = T(static_cast<float>(sums[o]));
+            return true;
+        });
     }
 
 private:
@@ -659,7 +705,7 @@ OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
 
 
 def ninja_file():
-    """build.ninja: the compiler's commands, the two libraries, and step 8's program, which
+    """build.ninja: the compiler's commands, the three libraries, and step 8's program, which
     `ninja` builds only when asked (`ninja cst_host`)."""
     openvino_dir = pathlib.Path(ov.__file__).parent
     (libopenvino,) = openvino_dir.glob("libs/libopenvino.so.*")  # e.g. libopenvino.so.2641
@@ -675,8 +721,9 @@ rule program
   description = compiling $out
 build libcst_ops.so: shared_library cst_ops.cpp
 build failures/libcst_ops_float_list.so: shared_library failures/cst_ops_float_list.cpp
+build failures/libcst_ops_f32_only.so: shared_library failures/cst_ops_f32_only.cpp
 build cst_host: program cst_host.cpp
-default libcst_ops.so failures/libcst_ops_float_list.so
+default libcst_ops.so failures/libcst_ops_float_list.so failures/libcst_ops_f32_only.so
 """
 
 
@@ -698,6 +745,9 @@ def step5_build_cpp():
     write_if_changed("cst_ops.cpp", CST_OPS_CPP)
     float_list = CST_OPS_CPP.replace("std::vector<double>;", "std::vector<float>;")
     write_if_changed("failures/cst_ops_float_list.cpp", float_list)
+    low_types = " || type == ov::element::f16 || type == ov::element::bf16;"
+    f32_only = CST_OPS_CPP.replace(low_types, ";")  # step 7's mistake: f32 only
+    write_if_changed("failures/cst_ops_f32_only.cpp", f32_only)
     write_if_changed("build.ninja", ninja_file())
 
     print("  compiling with ninja: about 10 s, then only when a source changes", flush=True)
@@ -710,10 +760,11 @@ def step5_build_cpp():
     if "no work to do" in build.stdout:
         print(f"  ninja: no work to do, libcst_ops.so is up to date ({seconds:.1f} s)")
     else:
-        print(f"  ninja: built both libraries in {seconds:.0f} s")
+        print(f"  ninja: built the three libraries in {seconds:.0f} s")
 
-    assert float_list != CST_OPS_CPP
-    for path in ("libcst_ops.so", "failures/libcst_ops_float_list.so"):
+    assert float_list != CST_OPS_CPP and f32_only != CST_OPS_CPP
+    libraries = ("libcst_ops.so", "failures/libcst_ops_float_list.so", F32_ONLY)
+    for path in libraries:
         assert os.path.isfile(path), path
 
 
@@ -776,29 +827,73 @@ cpp_ops = None  # step 6's Core, with the C++ ops
 
 
 def step7_precision():
-    """The CPU plugin's precision: bf16 where the CPU has it"""
+    """bf16 and f16: every element type the CPU plugin hands a kernel"""
     if cpp_ops is None:
         raise harness.Skip("needs step 5's library")
 
-    model, inputs = EXPORTED["threshold_net.onnx"]
-    expected = model(*inputs).detach().numpy()
     capabilities = cpp_ops.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     default = cpp_ops.compile_model("threshold_net.onnx", "CPU")  # no config: the defaults
     precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
     print(f"  this CPU: {' '.join(capabilities)}; by default the plugin infers in {precision}")
+    honoured = {}
     for hint in ("bf16", "f16"):
         config = {"INFERENCE_PRECISION_HINT": hint}
         compiled = cpp_ops.compile_model("threshold_net.onnx", "CPU", config)
-        got = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-        print(f"  asked for {hint}: {got}")
+        honoured[hint] = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        print(f"  asked for {hint}: {honoured[hint]}")
 
+    # config.cpp: a hint the CPU has no hardware for is ignored, without an error
+    for hint, capability in (("bf16", "BF16"), ("f16", "FP16")):
+        assert honoured[hint] in (hint, precision), (hint, honoured, precision)
+        assert honoured[hint] == hint or capability not in capabilities, (hint, capabilities)
     assert precision == default_precision(capabilities), (precision, capabilities)
-    honoured = {hint: precision_for(hint) for hint in ("bf16", "f16")}
-    # A hint the CPU cannot run is ignored, without an error (config.cpp: no else, no throw)
-    assert honoured["f16"] == ("f16" if "FP16" in capabilities else "f32"), honoured
-    assert honoured["bf16"] in ("bf16", "f32"), honoured
-    assert honoured["bf16"] == "bf16" or "BF16" not in capabilities, (honoured, capabilities)
 
+    x = EXPORTED["threshold.onnx"][1][0]
+    LOW_PRECISION = {  # model -> (its element type, the config to compile it with)
+        "threshold_bf16.onnx": (torch.bfloat16, {}),
+        "threshold_f16.onnx": (torch.float16, {"INFERENCE_PRECISION_HINT": "f16"}),
+    }
+    for path, (dtype, _) in LOW_PRECISION.items():
+        torch.onnx.export(
+            torch.nn.Threshold(0.1, 20).eval(), (x.to(dtype),), path, dynamo=False,
+            opset_version=12, custom_opsets={"rknn_cst": 1},
+        )
+
+    for path in LOW_PRECISION:
+        written = harness.show(path)
+        assert harness.op_types(path) == ["rknn_cst.cstThreshold"], harness.op_types(path)
+        elem = written.graph.input[0].type.tensor_type.elem_type
+        assert onnx.TensorProto.DataType.Name(elem) in ("BFLOAT16", "FLOAT16"), elem
+
+    f32_only = ov.Core()
+    f32_only.add_extension(os.path.abspath("failures/libcst_ops_f32_only.so"))
+    handed = {}
+    for path, (_, config) in LOW_PRECISION.items():
+        handed[path] = kernel_type(cpp_ops, path, config)
+        hint = config.get("INFERENCE_PRECISION_HINT", "no")
+        print(f"  {path}, {hint} hint: the plugin hands the node {handed[path]}")
+        if handed[path] != "f32":
+            with expect_error("Unsupported operation of type: CstThreshold"):
+                f32_only.compile_model(path, "CPU", config)
+
+    # transformation_pipeline.cpp: bf16 stays bf16 with bf16 hardware (AVX-512 on x86), f16
+    # stays f16 under the f16 precision with f16 hardware; both become f32 otherwise.
+    f16_kept = "f16" if honoured["f16"] == "f16" else "f32"
+    assert handed["threshold_f16.onnx"] == f16_kept, handed
+    assert handed["threshold_bf16.onnx"] in ("bf16", "f32"), handed
+    assert "BF16" not in capabilities or handed["threshold_bf16.onnx"] == "bf16", handed
+    if set(handed.values()) == {"f32"}:
+        print("  (this CPU hands custom ops f32 only; tests/ runs the kernels in f16 and bf16)")
+
+    for path, (dtype, config) in LOW_PRECISION.items():
+        low_x = x.to(dtype)
+        expected = torch.nn.Threshold(0.1, 20)(low_x.float())  # x or 20: both exact in dtype
+        for label, core in (("Python", python_ops), ("C++", cpp_ops)):
+            (actual,) = run_typed(core, path, [low_x], config)
+            compare(f"{path} {label}", actual, expected, rtol=0, atol=0)
+
+    model, inputs = EXPORTED["threshold_net.onnx"]
+    expected = model(*inputs).detach().numpy()
     bf16_hint = {"INFERENCE_PRECISION_HINT": "bf16"}  # the default on a CPU with AVX512_BF16
     (bf16,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, bf16_hint)
     diff = np.abs(bf16 - expected)
@@ -809,7 +904,7 @@ def step7_precision():
         flipped = threshold_flips(model, inputs, bf16_hint)
         print(f"  the threshold took the other branch for {flipped} of its inputs in bf16")
         assert flipped > 0 and diff.max() > 1.0 and np.median(diff) < 0.05, (flipped, diff)
-    else:  # neither AVX-512 nor AVX2-VNNI-2: the hint was ignored, the results are f32's
+    else:  # the hint was ignored, the results are f32's
         print("  (this CPU ignored the bf16 hint: the results are f32's)")
         np.testing.assert_allclose(bf16, expected, rtol=1e-5, atol=1e-5)
 
@@ -817,6 +912,55 @@ def step7_precision():
     for label, config in (("f32", F32), ("ACCURACY", accuracy)):
         (result,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, config)
         compare(f"threshold_net.onnx, {label}", result, expected, rtol=1e-5, atol=1e-5)
+
+    for hint in sorted({h for h, got in honoured.items() if got == h}):  # what this CPU runs
+        every_model_at(hint)
+
+
+def kernel_type(core, path, config):
+    """The element type the CPU plugin hands PATH's custom node, compiled with CONFIG."""
+    compiled = core.compile_model(path, "CPU", config)
+    for layer in compiled.get_runtime_model().get_ordered_ops():
+        if layer.get_rt_info()["layerType"].astype(str) == "Reference":  # the custom node
+            return layer.get_rt_info()["runtimePrecision"].astype(str)
+    raise AssertionError(f"{path}: no Reference layer")
+
+
+def run_typed(core, path, inputs, config):
+    """Run PATH with inputs of its own element types (f32, f16 or bf16): outputs as float32."""
+    compiled = core.compile_model(path, "CPU", config)
+    request = compiled.create_infer_request()
+    for port, value in zip(compiled.inputs, inputs, strict=True):
+        tensor = ov.Tensor(port.get_element_type(), port.get_shape())
+        store(tensor, value.float().numpy())
+        request.set_tensor(port, tensor)
+    request.infer()
+    return [as_float32(request.get_tensor(port)) for port in compiled.outputs]
+
+
+F32_ONLY = "failures/libcst_ops_f32_only.so"
+EPSILON = {"bf16": 2.0**-8, "f16": 2.0**-11}  # half the gap between 1 and the next number
+
+
+def every_model_at(hint):
+    """Every model of steps 1 and 2 compiled with HINT (one this CPU honours), with both op
+    libraries: each runs, the C++ and the Python ops agree to a rounding of their results, and
+    the outputs stay near PyTorch's: the median difference within 2 roundings of the largest
+    output (HINT rounds every Conv's inputs; a flipped threshold moves a few outputs far)."""
+    config, eps = {"INFERENCE_PRECISION_HINT": hint}, EPSILON[hint]
+    worst = 0.0
+    for path, (model, inputs) in EXPORTED.items():
+        python = run_openvino(python_ops, path, inputs, config)
+        cpp = run_openvino(cpp_ops, path, inputs, config)
+        for got, other, wanted in zip(cpp, python, pytorch_outputs(model, inputs), strict=True):
+            wanted = wanted.detach().numpy()
+            scale = float(np.abs(wanted).max())
+            np.testing.assert_allclose(got, other, rtol=2 * eps, atol=2 * eps * scale, err_msg=path)
+            median = float(np.median(np.abs(got - wanted))) / scale
+            assert median <= 2 * eps, (path, hint, median)
+            worst = max(worst, median / eps)
+    print(f"  {len(EXPORTED)} models in {hint}, C++ and Python ops: they agree; median difference")
+    print(f"    from PyTorch {worst:.1f} roundings of the largest output at most")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -956,6 +1100,7 @@ _NAMES = ("threshold", "threshold_net", "dual_residual", "dual_residual_net", "f
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: tuple(f"{name}.onnx" for name in _NAMES),
     2: tuple(f"dynamo_{name}.onnx" for name in _NAMES),
+    7: ("threshold_bf16.onnx", "threshold_f16.onnx"),
 }
 FAILURES = ()  # no failing model: step 6's failure is a library, failures/libcst_ops_float_list.so
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
@@ -978,6 +1123,13 @@ CAUSES = {
         "the Conv after an unconverted custom node: that node's output has no shape; the custom "
         "node's extension fixes both",
         4,
+    ),
+    "Unsupported operation of type: CstThreshold": (
+        "OpenVINO",
+        "the C++ op's `has_evaluate()` is false for the element type the CPU plugin hands it "
+        "(bf16 for a bf16 model on an x86 CPU with AVX-512, f16 where the plugin infers in f16): "
+        "evaluate f32, f16 and bf16",
+        7,
     ),
     "Bad cast from: St6vectorIdSaIdEE to: St6vectorIfSaIfEE": (
         "OpenVINO",

@@ -159,27 +159,80 @@ def test_the_program_runs_from_a_folder_of_the_shipped_libraries(run, tmp_path):
     assert result.stdout == again.stdout
 
 
-def test_float32_reaches_the_kernels_for_a_float16_model_and_under_bf16(run, cores, tmp_path):
-    """README, Notes: the kernels compute float32 only; on this x86 CPU the plugin converts around
-    the Reference layer, for a float16 model and under the bf16 hint alike."""
-    if platform.machine() != "x86_64":
-        pytest.skip("README says this of the x86 CPU it runs on")
-    model = onnx.load(run.out / "threshold.onnx")
+LOW = {  # element type -> (ONNX's, torch's, one unit in the last place at 1)
+    "f16": (onnx.TensorProto.FLOAT16, torch.float16, 2.0**-10),
+    "bf16": (onnx.TensorProto.BFLOAT16, torch.bfloat16, 2.0**-7),
+}
+
+
+def retyped(source: pathlib.Path, elem_type: int, path: pathlib.Path) -> pathlib.Path:
+    """SOURCE with every input and output of type ELEM_TYPE: the custom node then takes it."""
+    model = onnx.load(source)
     for value in [*model.graph.input, *model.graph.output]:
-        value.type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
-    onnx.save(model, tmp_path / "threshold_f16.onnx")
-    torch.manual_seed(0)
-    x = torch.randn(1, 3, 16, 16).half()
-    expected = torch.nn.Threshold(0.1, 20)(x.float()).half().numpy()
-    for config in ({}, {"INFERENCE_PRECISION_HINT": "bf16"}):
-        compiled = cores["C++"].compile_model(str(tmp_path / "threshold_f16.onnx"), "CPU", config)
-        (actual,) = compiled([x.numpy()]).values()
-        np.testing.assert_array_equal(actual, expected, err_msg=str(config))
-        reference = [
-            op for op in compiled.get_runtime_model().get_ordered_ops()
-            if op.get_rt_info()["layerType"].astype(str) == "Reference"
-        ]
-        assert [op.get_rt_info()["runtimePrecision"].astype(str) for op in reference] == ["f32"]
+        value.type.tensor_type.elem_type = elem_type
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+@pytest.mark.parametrize("name", ["threshold", "dual_residual", "foo"])
+def test_the_kernels_compute_f16_and_bf16(run, cores, tmp_path, name, kind):
+    """Step 7: each op, C++ and Python, evaluated directly on f16 and bf16 tensors (Model.evaluate,
+    no plugin, so on every CPU, whatever precision it computes in): each output is PyTorch's
+    float32 result on the same values, rounded once to the type, within one unit in the last
+    place (the C++ ops round as ov::float16 / ov::bfloat16 do, the Python ops as NumPy and
+    ml_dtypes do: ties may round apart); threshold only picks x or value, so exactly."""
+    elem_type, dtype, ulp = LOW[kind]
+    path = retyped(run.out / f"{name}.onnx", elem_type, tmp_path / f"{name}_{kind}.onnx")
+    torch.manual_seed(1)
+    model = {
+        "threshold": torch.nn.Threshold(0.1, 20), "dual_residual": example.DualResidual(),
+        "foo": example.Foo(),
+    }[name]
+    shapes = [(1, 3, 16, 16)] * (1 if name == "threshold" else 2)
+    inputs = [torch.randn(shape).to(dtype).float() for shape in shapes]  # held exactly by dtype
+    expected = [t.to(dtype).float().numpy() for t in example.pytorch_outputs(model, inputs)]
+    results = {}
+    for label, core in cores.items():
+        network = core.read_model(str(path))
+        (node,) = [op for op in network.get_ops() if op.get_type_name() in OV_TYPES]
+        assert node.get_input_element_type(0).get_type_name() == kind, node
+        feeds = []
+        for value in inputs:
+            tensor = openvino.Tensor(node.get_input_element_type(0), list(value.shape))
+            example.store(tensor, value.numpy())
+            feeds.append(tensor)
+        outputs = [openvino.Tensor(node.get_input_element_type(0), [1]) for _ in network.outputs]
+        assert network.evaluate(outputs, feeds), (label, name, kind)
+        results[label] = [example.as_float32(t) for t in outputs]
+        rtol = 0 if name == "threshold" else ulp
+        for actual, wanted in zip(results[label], expected, strict=True):
+            np.testing.assert_allclose(actual, wanted, rtol=rtol, atol=0, err_msg=label)
+    for cpp, python in zip(results["C++"], results["Python"], strict=True):
+        np.testing.assert_allclose(cpp, python, rtol=0 if name == "threshold" else ulp, atol=0)
+
+
+OV_TYPES = ("CstThreshold", "CstDualResidual", "Foo", "FooOv")
+
+
+def test_the_plugin_hands_a_bf16_model_bf16_where_x86_has_avx512(run, cores, tmp_path):
+    """Step 7 and its Notes, from OpenVINO's source: the CPU plugin keeps a bf16 model's bf16 on an
+    x86 CPU with AVX-512 (precision_support.cpp: avx512_core), converts it to f32 elsewhere; an f16
+    model becomes f32 unless the plugin infers in f16; an f32 model reaches the kernel in f32 under
+    the bf16 precision (the Reorders around the Reference layer convert)."""
+    source = run.out / "threshold.onnx"
+    handed = {
+        kind: example.kernel_type(cores["C++"], str(retyped(source, LOW[kind][0], tmp_path / f"{kind}.onnx")), {})
+        for kind in LOW
+    }
+    default = cores["C++"].compile_model(str(source), "CPU")
+    precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    assert handed["f16"] == ("f16" if precision == "f16" else "f32"), handed
+    flags = set(pathlib.Path("/proc/cpuinfo").read_text().split())
+    if platform.machine() == "x86_64" and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        assert handed["bf16"] == "bf16", handed
+    elif platform.machine() != "x86_64":
+        assert handed["bf16"] == "f32", handed  # no bf16 path on Arm (precision_support.cpp)
     bf16 = cores["C++"].compile_model(
         str(run.out / "threshold_net.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "bf16"}
     )
@@ -328,7 +381,8 @@ def test_the_benchmark_runs(run, tmp_path):
     for name in ("libcst_ops.so", "cst_ops.cpp", "build.ninja"):  # reuse the example's build
         (tmp_path / name).write_bytes((run.out / name).read_bytes())
     (tmp_path / "failures").mkdir()
-    for name in ("libcst_ops_float_list.so", "cst_ops_float_list.cpp"):
+    for name in ("libcst_ops_float_list.so", "cst_ops_float_list.cpp",
+                 "libcst_ops_f32_only.so", "cst_ops_f32_only.cpp"):
         (tmp_path / "failures" / name).write_bytes((run.out / "failures" / name).read_bytes())
     result = subprocess.run(
         [sys.executable, str(ROOT / NAME / "benchmark.py"), "--out", str(tmp_path),
@@ -336,5 +390,8 @@ def test_the_benchmark_runs(run, tmp_path):
         capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "| model | H x W | C++ kernel | Python op | standard ops |" in result.stdout
-    assert result.stdout.count("| 8x8 |") == 3, result.stdout
+    assert "| model | H x W | precision | C++ kernel | Python op | standard ops |" in result.stdout
+    precisions = [line.split("|")[3].strip() for line in result.stdout.splitlines() if "| 8x8 |" in line]
+    default = openvino.Core().compile_model(openvino.Model([], [], "empty"), "CPU")
+    own = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # bf16 or f16 rows too
+    assert sorted(precisions) == sorted(["f32"] * 3 + ([own] * 3 if own != "f32" else [])), precisions
