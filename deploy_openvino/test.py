@@ -420,7 +420,8 @@ class FooOv(ov.Op):
         sign = np.float32(-1.0 if self.mode == "sub" else 1.0)
         z = x * np.float32(self.alpha) + sign * (y * np.float32(self.beta))
         z = z * np.asarray(self.scales, dtype=np.float32).reshape(1, -1, 1, 1)
-        store(outputs[0], z.sum(axis=tuple(self.dims), keepdims=True, dtype=np.float64))
+        result = z.sum(axis=tuple(self.dims), keepdims=True, dtype=np.float64)
+        store(outputs[0], result.astype(np.float32))  # float32 first, as the C++ op
         return True
 
 
@@ -498,13 +499,17 @@ CPP_HEADER = r"""
 #include <openvino/op/op.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 
 // The ONNX frontend hands a FLOATS attribute over as std::vector<double> (a FLOAT as a double,
 // which OpenVINO narrows to a float member by itself; a list it does not narrow).
 using FloatList = std::vector<double>;
 
 // The element types the CPU plugin may hand an op (step 7): f32, f16, bf16. with_type calls
-// compute(T{}) with T the matching C++ type. The ops compute in float, round each result once.
+// compute(T{}) with T the matching C++ type. The ops read each value as a float, compute in
+// float (not in T, whose operators round after each one) and store rounded<T>(result).
 inline bool is_float_type(const ov::element::Type& type) {
     return type == ov::element::f32 || type == ov::element::f16 || type == ov::element::bf16;
 }
@@ -514,6 +519,34 @@ bool with_type(const ov::element::Type& type, Compute compute) {
     if (type == ov::element::f16) return compute(ov::float16{});
     if (type == ov::element::bf16) return compute(ov::bfloat16{});
     return false;
+}
+
+// float -> T, to the nearest, ties to even, as NumPy and PyTorch round. ov::float16(float) and
+// ov::bfloat16(float) round some values otherwise (bf16 truncates when the last bit it keeps is
+// 0; f16 doubles some subnormals), so these make the bits.
+template <typename T>
+T rounded(float value) { return value; }
+template <>
+inline ov::float16 rounded<ov::float16>(float value) {
+    uint32_t x;
+    std::memcpy(&x, &value, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000, magnitude = x & 0x7FFFFFFF;
+    uint32_t bits;
+    if (magnitude > 0x7F800000) bits = 0x7E00;  // NaN
+    else if (magnitude >= 0x477FF000) bits = 0x7C00;  // from 65520 up: infinity
+    else if (magnitude < 0x38800000)  // below 2^-14: a subnormal, a multiple of 2^-24
+        bits = static_cast<uint32_t>(std::nearbyint(std::fabs(value) * 0x1p24f));
+    else  // the exponent less 112, then the rounding
+        bits = (magnitude + 0xC8000FFF + ((magnitude >> 13) & 1)) >> 13;
+    return ov::float16::from_bits(static_cast<uint16_t>(sign | bits));
+}
+template <>
+inline ov::bfloat16 rounded<ov::bfloat16>(float value) {
+    uint32_t x;
+    std::memcpy(&x, &value, sizeof x);
+    if (std::isnan(value)) x |= 0x400000;  // a quiet NaN stays NaN after the cut
+    else x += 0x7FFF + ((x >> 16) & 1);
+    return ov::bfloat16::from_bits(static_cast<uint16_t>(x >> 16));
 }
 """
 
@@ -549,7 +582,7 @@ public:
             T* y = outputs[0].data<T>();
             const size_t size = inputs[0].get_size();
             for (size_t i = 0; i < size; ++i)
-                y[i] = static_cast<float>(x[i]) <= threshold_ ? T(value_) : x[i];
+                y[i] = static_cast<float>(x[i]) <= threshold_ ? rounded<T>(value_) : x[i];
             return true;
         });
     }
@@ -570,6 +603,8 @@ public:
         constructor_validate_and_infer_types();
     }
     void validate_and_infer_types() override {
+        NODE_VALIDATION_CHECK(this, get_input_element_type(0) == get_input_element_type(1),
+                              "X and Y must have one element type");
         set_output_size(2);
         set_output_type(0, get_input_element_type(0), get_input_partial_shape(0));
         set_output_type(1, get_input_element_type(1), get_input_partial_shape(1));
@@ -595,8 +630,8 @@ public:
             const size_t size = inputs[0].get_size();
             for (size_t i = 0; i < size; ++i) {
                 const float xi = x[i], yi = y[i];
-                x_res[i] = T(xi * alpha_ - yi);
-                y_res[i] = T(yi * alpha_ - xi);
+                x_res[i] = rounded<T>(xi * alpha_ - yi);
+                y_res[i] = rounded<T>(yi * alpha_ - xi);
             }
             return true;
         });
@@ -625,6 +660,8 @@ public:
     void validate_and_infer_types() override {  // the summed dimensions become 1
         auto shape = get_input_partial_shape(0);
         NODE_VALIDATION_CHECK(this, shape.rank().compatible(4), "Foo takes N, C, H, W inputs");
+        NODE_VALIDATION_CHECK(this, get_input_element_type(0) == get_input_element_type(1),
+                              "X and Y must have one element type");
         for (size_t axis = 0; shape.rank().is_static() && axis < 4; ++axis)
             if (reduces(axis)) shape[axis] = 1;
         set_output_type(0, get_input_element_type(0), shape);
@@ -670,7 +707,8 @@ public:
                         }
                 }
             T* z = outputs[0].data<T>();
-            for (size_t o = 0; o < sums.size(); ++o) z[o] = T(static_cast<float>(sums[o]));
+            for (size_t o = 0; o < sums.size(); ++o)
+                z[o] = rounded<T>(static_cast<float>(sums[o]));
             return true;
         });
     }

@@ -179,9 +179,10 @@ def retyped(source: pathlib.Path, elem_type: int, path: pathlib.Path) -> pathlib
 def test_the_kernels_compute_f16_and_bf16(run, cores, tmp_path, name, kind):
     """Step 7: each op, C++ and Python, evaluated directly on f16 and bf16 tensors (Model.evaluate,
     no plugin, so on every CPU, whatever precision it computes in): each output is PyTorch's
-    float32 result on the same values, rounded once to the type, within one unit in the last
-    place (the C++ ops round as ov::float16 / ov::bfloat16 do, the Python ops as NumPy and
-    ml_dtypes do: ties may round apart); threshold only picks x or value, so exactly."""
+    float32 result on the same values, rounded to the type, within one unit in the last place (a
+    compiler may fuse x * alpha - y into one rounding; Foo sums in another order); threshold only
+    picks x or value, so exactly. Both libraries round to nearest even (NumPy's, ml_dtypes'
+    rounding; the C++ ops' rounded<T>), so the C++ and Python ops agree but for those sums."""
     elem_type, dtype, ulp = LOW[kind]
     path = retyped(run.out / f"{name}.onnx", elem_type, tmp_path / f"{name}_{kind}.onnx")
     torch.manual_seed(1)
@@ -209,7 +210,58 @@ def test_the_kernels_compute_f16_and_bf16(run, cores, tmp_path, name, kind):
         for actual, wanted in zip(results[label], expected, strict=True):
             np.testing.assert_allclose(actual, wanted, rtol=rtol, atol=0, err_msg=label)
     for cpp, python in zip(results["C++"], results["Python"], strict=True):
-        np.testing.assert_allclose(cpp, python, rtol=0 if name == "threshold" else ulp, atol=0)
+        np.testing.assert_allclose(cpp, python, rtol=ulp if name == "foo" else 0, atol=0)
+
+
+def test_the_cpp_rounding_is_numpys(run, tmp_path):
+    """rounded<T> (CPP_HEADER) rounds float32 to f16 and bf16 as NumPy and ml_dtypes do, bit for
+    bit, NaN, infinities, subnormals and the overflow to infinity included; ov::float16(float) and
+    ov::bfloat16(float), which it replaces, do not (step 5's comment)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(0)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.99, 65520, 6.1035156e-05, 6.1e-05,
+             2.98e-08, 2.99e-08, 1e-10, 3.4e38, 1.0058594, 1.9071250e-06]
+    values = np.concatenate([
+        np.array(edges, dtype=np.float32), rng.standard_normal(20000).astype(np.float32) * 10,
+        rng.standard_normal(20000).astype(np.float32) * 1e-5,
+        rng.integers(0, 2**32, 40000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+    ])
+    (tmp_path / "in.bin").write_bytes(values.tobytes())
+    program = example.CPP_HEADER + """
+#include <cstdio>
+int main() {
+    FILE* in = std::fopen("in.bin", "rb");
+    FILE* out = std::fopen("out.bin", "wb");
+    float v;
+    while (std::fread(&v, 4, 1, in) == 1) {
+        const uint16_t bits[4] = {rounded<ov::float16>(v).to_bits(),
+                                  rounded<ov::bfloat16>(v).to_bits(),
+                                  ov::float16(v).to_bits(), ov::bfloat16(v).to_bits()};
+        std::fwrite(bits, 2, 4, out);
+    }
+}
+"""
+    (tmp_path / "rounding.cpp").write_text(program)
+    package = pathlib.Path(openvino.__file__).parent
+    (library,) = package.glob("libs/libopenvino.so.*")
+    compiler = os.environ.get("CXX", "c++")
+    subprocess.run(
+        [compiler, "-std=c++17", "-O2", f"-I{package / 'include'}", "rounding.cpp", "-o", "rounding",
+         str(library), f"-Wl,-rpath,{package / 'libs'}"],
+        cwd=tmp_path, check=True, capture_output=True,
+    )
+    subprocess.run([str(tmp_path / "rounding")], cwd=tmp_path, check=True)
+    bits = np.frombuffer((tmp_path / "out.bin").read_bytes(), dtype=np.uint16).reshape(-1, 4)
+    with np.errstate(over="ignore", invalid="ignore"):  # NaN and the overflow, on purpose
+        wanted = [values.astype(np.float16).view(np.uint16),
+                  values.astype(ml_dtypes.bfloat16).view(np.uint16)]
+    nan = np.isnan(values)
+    for column, (kind, want) in enumerate(zip(("f16", "bf16"), wanted, strict=True)):
+        got = bits[:, column]
+        assert np.array_equal(got[~nan], want[~nan]), kind
+        low = got[nan].view(np.float16) if kind == "f16" else got[nan].view(ml_dtypes.bfloat16)
+        assert np.isnan(low.astype(np.float32)).all(), kind
+    assert not np.array_equal(bits[:, 3], wanted[1]), "ov::bfloat16(float) rounds as NumPy now"
 
 
 OV_TYPES = ("CstThreshold", "CstDualResidual", "Foo", "FooOv")
