@@ -157,6 +157,14 @@ def runner(sandbox, *args):
     )
 
 
+def started_runner(sandbox, *args) -> subprocess.Popen:
+    """The runner, started in a session of its own, so that signalling its group does not hit pytest."""
+    return subprocess.Popen(
+        [sys.executable, "run_all.py", *args], cwd=sandbox, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
 def wait_for(path: pathlib.Path, seconds: float = 60) -> dict:
     deadline = time.monotonic() + seconds
     while not path.exists():
@@ -418,14 +426,7 @@ def test_timeout_stops_the_whole_process_group_and_keeps_its_output(sandbox, han
 )
 def test_interrupt_stops_the_whole_process_group_and_prints_the_summary(sandbox, hanging, signum, target, status):
     info_path = hanging()
-    proc = subprocess.Popen(
-        [sys.executable, "run_all.py", "-j", "1", "good", "hang", "skipped"],
-        cwd=sandbox,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # so signalling the runner's group does not hit pytest
-    )
+    proc = started_runner(sandbox, "-j", "1", "good", "hang", "skipped")
     try:
         info = wait_for(info_path)
         assert running(info["grandchild"])
@@ -457,14 +458,7 @@ def test_interrupt_stops_every_running_example(sandbox, hanging):
     """-j 2: Ctrl-C stops both running examples (each one's group: SIGTERM, then SIGKILL) and lists the one
     not run."""
     info_paths = [hanging(name="hang"), hanging(name="hang2")]
-    proc = subprocess.Popen(
-        [sys.executable, "run_all.py", "-j", "2", "hang", "hang2", "good"],
-        cwd=sandbox,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = started_runner(sandbox, "-j", "2", "hang", "hang2", "good")
     try:
         infos = [wait_for(path) for path in info_paths]
         os.killpg(proc.pid, signal.SIGINT)
