@@ -164,6 +164,8 @@ LOW = {  # element type -> (ONNX's, torch's, one unit in the last place at 1)
     "bf16": (onnx.TensorProto.BFLOAT16, torch.bfloat16, 2.0**-7),
 }
 
+OV_TYPES = ("CstThreshold", "CstDualResidual", "Foo", "FooOv")  # the ops as OpenVINO names them
+
 
 def retyped(source: pathlib.Path, elem_type: int, path: pathlib.Path) -> pathlib.Path:
     """SOURCE with every input and output of type ELEM_TYPE: the custom node then takes it."""
@@ -264,8 +266,6 @@ int main() {
     assert not np.array_equal(bits[:, 3], wanted[1]), "ov::bfloat16(float) rounds as NumPy now"
 
 
-OV_TYPES = ("CstThreshold", "CstDualResidual", "Foo", "FooOv")
-
 
 def test_the_plugin_hands_a_bf16_model_bf16_where_x86_has_avx512(run, cores, tmp_path):
     """Step 7 and its Notes, from OpenVINO's source: the CPU plugin keeps a bf16 model's bf16 on an
@@ -273,10 +273,10 @@ def test_the_plugin_hands_a_bf16_model_bf16_where_x86_has_avx512(run, cores, tmp
     model becomes f32 unless the plugin infers in f16; an f32 model reaches the kernel in f32 under
     the bf16 precision (the Reorders around the Reference layer convert)."""
     source = run.out / "threshold.onnx"
-    handed = {
-        kind: example.kernel_type(cores["C++"], str(retyped(source, LOW[kind][0], tmp_path / f"{kind}.onnx")), {})
-        for kind in LOW
-    }
+    handed = {}
+    for kind, (elem_type, _, _) in LOW.items():
+        path = retyped(source, elem_type, tmp_path / f"{kind}.onnx")
+        handed[kind] = example.kernel_type(cores["C++"], str(path), {})
     default = cores["C++"].compile_model(str(source), "CPU")
     precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
     assert handed["f16"] == ("f16" if precision == "f16" else "f32"), handed
