@@ -13,8 +13,8 @@ without it). What it gives a test.py:
 - show(): the full ONNX checker and a one-line summary of a model (the whole graph with -v);
   attributes(), op_types(), opsets_of(), output_dims(): what a model holds, to assert on;
   printed(): what the running step has printed, to check a reproduced error's text.
-- On torch < 2.10, the name `torch.onnx.testing.assert_onnx_program` that the pages import (the
-  end of this file). The pages' own imports and helpers are in each test.py, word for word.
+The pages' imports and steps are regions of each test.py (pages.py shows them on the pages); the
+helpers the pages paste are in page_helpers.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import sysconfig
 import tempfile
 import textwrap
 import traceback
-import types
 import warnings
 
 import numpy as np
@@ -557,35 +556,3 @@ def ortx_problem() -> str:
             f"onnxruntime-extensions cannot be imported ({why}): pip install onnxruntime-extensions"
         )
     return ""
-
-
-# =============================================================================================
-# The name the pages import assert_onnx_program by
-# =============================================================================================
-
-
-def _public_assert_onnx_program() -> None:
-    """Every page imports `from torch.onnx.testing import assert_onnx_program`, public from torch
-    2.10 (pytorch/pytorch#162495); torch 2.6 to 2.9 have the same function under a private name,
-    and older torch none. A test.py runs the page's imports word for word after importing this
-    module, so here, once, that name is given to the older torches: the private function, or on
-    torch < 2.6 one that says the step needs a newer torch (those steps skip before calling it)."""
-    try:
-        import torch.onnx.testing as testing
-    except ImportError:
-        testing = types.ModuleType("torch.onnx.testing")
-        sys.modules["torch.onnx.testing"] = testing
-        torch.onnx.testing = testing
-    if hasattr(testing, "assert_onnx_program"):
-        return
-    try:
-        from torch.onnx._internal.exporter._testing import assert_onnx_program
-    except ImportError:
-
-        def assert_onnx_program(*args, **kwargs):
-            raise NeedsTorch("2.6", "torch.onnx.testing.assert_onnx_program came with torch 2.6")
-
-    testing.assert_onnx_program = assert_onnx_program
-
-
-_public_assert_onnx_program()

@@ -14,10 +14,12 @@ import sys
 import typing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import logging
 import os
@@ -35,54 +37,23 @@ from onnx.reference.op_run import OpRun
 from onnxscript import opset18 as op
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
-from torch.onnx.testing import assert_onnx_program
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
+    try:
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
 
 try:  # steps 3, 4 and 6 run the custom nodes in ONNX Runtime with it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
-
+# endregion
 
 # 1. The op in C++: TORCH_LIBRARY schema and kernel types --------------------------------------
 
+# region step1
 ALL_KINDS_CPP = r"""
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -121,6 +92,7 @@ TORCH_LIBRARY_IMPL(argdemo, CPU, m) {
 // infers the schema from the C++ signature. Do not copy this line into new code.
 static auto legacy = torch::RegisterOperators().op("argdemo_legacy::all_kinds", &all_kinds);
 """
+# endregion
 
 
 def step1_cpp_op():
@@ -129,11 +101,14 @@ def step1_cpp_op():
     if problem:
         raise harness.Skip(problem)
     with harness.quiet():  # torch 2.4 prints "No CUDA runtime is found": no filter catches a print
+        # region step1-2
         logging.getLogger("torch.utils.cpp_extension").addFilter(
             lambda record: "No CUDA runtime" not in record.msg
         )
         from torch.utils import cpp_extension  # after the filter: importing it logs the message
+        # endregion
 
+    # region step1-2b
     EXTENSION_NAME = "onnx_tutorial_argument_types"
     print("  building the C++ extension: about a minute the first time, cached after")
     started = time.time()
@@ -149,13 +124,16 @@ def step1_cpp_op():
     else:
         print(f"  reused the cached build {library} ({time.time() - started:.1f} s)")
     print("  C++ schema:", torch.ops.argdemo.all_kinds.default._schema)
+    # endregion
 
     assert str(torch.ops.argdemo.all_kinds.default._schema) == CPP_SCHEMA
     assert str(torch.ops.argdemo_legacy.all_kinds.default._schema) == LEGACY_SCHEMA  # step 6's
 
+    # region step1-3
     x = torch.randn(2, 3, 4, 5)
     with expect_error('all_kinds: mode must be "sum" or "max"'):
         torch.ops.argdemo.all_kinds(x, None, 1.0, 0, False, "mean", [2, 3], [1.0, 1.0, 1.0])
+    # endregion
 
     # The kernel's C++ types receive each kind: here None for bias, and plain values for the rest.
     y = torch.ops.argdemo.all_kinds(x, None, 1.0, 0, False, "sum", [2, 3], [1.0, 1.0, 1.0])
@@ -166,6 +144,7 @@ def step1_cpp_op():
 
 
 def define_all_kinds_py():
+    # region all_kinds_py
     # Before torch 2.7 custom_op refuses list[int] and list[float]: annotate typing.List there.
     @torch.library.custom_op("argdemo::all_kinds_py", mutates_args=())
     def all_kinds_py(
@@ -188,6 +167,7 @@ def define_all_kinds_py():
         return y + k
 
     print("  custom_op schema:", torch.ops.argdemo.all_kinds_py.default._schema)
+    # endregion
     return all_kinds_py
 
 
@@ -216,6 +196,7 @@ def step2_custom_op():
 
 # 3. The ONNX node argdemo::AllKinds: a local schema, its meaning, a kernel --------------------
 
+# region step3
 # The node's contract: which arguments are inputs, and each attribute's ONNX type. A local
 # schema: never registered with onnx.defs, so no other code in the process sees it.
 Parameter, Attribute = onnx.defs.OpSchema.FormalParameter, onnx.defs.OpSchema.Attribute
@@ -241,8 +222,10 @@ ALL_KINDS_SCHEMA = onnx.defs.OpSchema(
 )
 argdemo = onnxscript.values.Opset("argdemo", 1)
 AllKindsOp = onnxscript.values.Op(argdemo, "AllKinds", ALL_KINDS_SCHEMA)  # for translations
+# endregion
 
 
+# region all_kinds_numpy
 def all_kinds_numpy(x, bias, alpha, k, flag, mode, dims, scales):
     """What the node computes, in numpy."""
     y = x * np.float32(alpha)
@@ -273,11 +256,14 @@ def kind(value):
 def kinds(*args):
     """The Python type of each argument a mechanism hands you: Value, float, list[int], ..."""
     return ", ".join(kind(a) for a in args)
+# endregion
 
 
 def step3_the_node():
     """The ONNX node argdemo::AllKinds: a local schema, its meaning, a kernel"""
+    # region step3-2
     print("  registered with onnx.defs:", onnx.defs.has("AllKinds", "argdemo"))
+    # endregion
 
     types = {name: ALL_KINDS_SCHEMA.attributes[name].type.name for name in ATTRIBUTE_TYPES}
     assert types == ATTRIBUTE_TYPES and len(ALL_KINDS_SCHEMA.attributes) == 6, types
@@ -285,6 +271,7 @@ def step3_the_node():
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
 
+    # region all_kinds_kernel
     # A Python stand-in for the target's kernel, for ONNX Runtime (onnxruntime-extensions).
     # Declare it once per process, before session options register the library.
     @onnx_op(
@@ -304,10 +291,12 @@ def step3_the_node():
         # dims and scales never reach a Python kernel: this stand-in knows all_kinds.onnx's.
         # A C++ kernel reads them (KernelInfoGetAttributeArray_int64, ..._float).
         return all_kinds_numpy(x, bias, alpha, k, flag, mode, [2, 3], [1.0, 2.0, 3.0])
+    # endregion
 
 
 # 4. dynamo=True: a fake kernel and a translation with the local schema ------------------------
 
+# region AllKindsModel
 # Two sets of values for the non-tensor arguments, so that each attribute in a file can be
 # traced back to the model that wrote it.
 WITH_BIAS = dict(alpha=0.5, k=2, flag=True, mode="sum", dims=[2, 3], scales=[1.0, 2.0, 3.0])
@@ -337,14 +326,18 @@ def print_node(path):
         shown.append(f"{a.name}: {kind} = {value}")
     print("    " + ", ".join(shown[:3]))
     print("    " + ", ".join(shown[3:]))
+# endregion
 
 
+# region all_kinds_unregistered
 # Fails: the Opset looks AllKinds up in onnx.defs' registry, which has no argdemo::AllKinds.
 def all_kinds_unregistered(x, bias, alpha, k, flag, mode, dims, scales):
     attributes = dict(alpha=alpha, k=k, flag=flag, mode=mode, dims=dims, scales=scales)
     return argdemo.AllKinds(x, bias, **attributes)
+# endregion
 
 
+# region all_kinds_translation
 # Parameters named as in the op's schema: torch 2.8 matches translations by name.
 def all_kinds_translation(
     x,
@@ -360,13 +353,16 @@ def all_kinds_translation(
     print("  all_kinds_translation received:", received)
     # bias=None leaves the optional input out; the schema gives each attribute its ONNX type.
     return AllKindsOp(x, bias, alpha=alpha, k=k, flag=flag, mode=mode, dims=dims, scales=scales)
+# endregion
 
 
+# region initializer
 def initializer(model_bytes):
     """An ONNX Runtime session with onnxruntime-extensions' kernels (step 3's among them)."""
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+# endregion
 
 
 @harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
@@ -374,25 +370,34 @@ def step4_translation():
     """dynamo=True: a fake kernel and a translation with the local schema"""
     need_the_op_and_the_kernel()
 
+    # region step4
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
+    # endregion
 
+    # region _
     @torch.library.register_fake("argdemo::all_kinds")
     def _(x, bias, alpha, k, flag, mode, dims, scales):
         return x.new_empty([1 if axis in dims else size for axis, size in enumerate(x.shape)])
+    # endregion
 
+    # region step4-2
     # opcheck runs the op with the fake kernel and the real one, and compares their outputs' shapes
     for b, values in [(bias, WITH_BIAS), (None, NO_BIAS)]:
         torch.library.opcheck(torch.ops.argdemo.all_kinds.default, (x, b, *values.values()))
     print("  opcheck: the fake kernel agrees with the C++ kernel, with and without bias")
+    # endregion
 
+    # region step4-3
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_unregistered}
     with expect_error("No schema registered for 'AllKinds'"):
         torch.onnx.export(
             model, (x, bias), dynamo=True, verbose=False, custom_translation_table=table
         )
+    # endregion
 
+    # region step4-4
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_translation}
     programs = {}
     for path, m, args in [
@@ -410,22 +415,27 @@ def step4_translation():
         )
         programs[path].save(path)
         print_node(path)
+    # endregion
 
     check_node("all_kinds_dynamo.onnx", ["x", "bias"], WITH_BIAS)
     check_node("all_kinds_dynamo_no_bias.onnx", ["x"], NO_BIAS)
     assert not onnx.defs.has("AllKinds", "argdemo")  # the schema stayed local
 
+    # region step4-5
     program = programs["all_kinds_dynamo.onnx"]
     program.initialize_inference_session(initializer)
     assert_onnx_program(program, rtol=1e-5, atol=1e-5)  # ONNX Runtime with the kernel vs PyTorch
     print("  all_kinds_dynamo.onnx: ONNX Runtime with the Python kernel matches PyTorch")
+    # endregion
 
+    # region step4-6
     # The kernel declared two inputs, so the one-input node is refused: onnx.reference checks it.
     with expect_error("has input size 1 not in range [min=2, max=2]"):
         programs["all_kinds_dynamo_no_bias.onnx"].initialize_inference_session(initializer)
     reference = ReferenceEvaluator("all_kinds_dynamo_no_bias.onnx", new_ops=[AllKinds])
     (y,) = reference.run(None, {"x": x.numpy()})
     compare("all_kinds_dynamo_no_bias.onnx (onnx.reference)", y, model_no_bias(x), 1e-5, 1e-5)
+    # endregion
 
     reference_matches("all_kinds_dynamo.onnx", model, x, bias)  # dims and scales too
 
@@ -433,6 +443,7 @@ def step4_translation():
 # 5. dynamo=True in standard ONNX: arguments as constants and as Python decisions --------------
 
 
+# region all_kinds_standard
 def all_kinds_standard(
     x,
     bias,
@@ -454,6 +465,7 @@ def all_kinds_standard(
     reduce = op.ReduceSum if mode == "sum" else op.ReduceMax
     y = reduce(y, axes, keepdims=1)
     return op.Add(y, op.CastLike(k, y))
+# endregion
 
 
 @harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
@@ -464,6 +476,7 @@ def step5_standard_onnx():
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
 
+    # region step5
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_standard}
     for path, m, args in [
         ("all_kinds_standard.onnx", model, (x, bias)),
@@ -482,6 +495,7 @@ def step5_standard_onnx():
         program.save(path)
         ops = " ".join(node.op_type for node in onnx.load(path).graph.node)
         print(f"  {path}: matches PyTorch; {ops}")
+    # endregion
 
     ops_with = [n.op_type for n in harness.show("all_kinds_standard.onnx").graph.node]
     ops_without = [n.op_type for n in harness.show("all_kinds_standard_no_bias.onnx").graph.node]
@@ -494,6 +508,7 @@ def step5_standard_onnx():
 # 6. dynamo=False: a symbolic with parse_args --------------------------------------------------
 
 
+# region output_type
 def output_type(x, dims):
     # A custom node has no shape inference: give its output type (x's dtype, reduced dims of 1).
     sizes = [1 if axis in dims else size for axis, size in enumerate(x.type().sizes())]
@@ -517,13 +532,16 @@ def all_kinds_symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
     )
     y.setType(output_type(x, dims))
     return y
+# endregion
 
 
+# region all_kinds_legacy_symbolic
 # For a torch::RegisterOperators op: take the float list as "v", read each element's constant.
 @parse_args("v", "v", "f", "i", "b", "s", "is", "v")
 def all_kinds_legacy_symbolic(g, x, bias, alpha, k, flag, mode, dims, scales):
     scales = [element.node().t("value").item() for element in scales.node().inputs()]
     return all_kinds_symbolic(g, x, bias, alpha, k, flag, mode, dims, scales)
+# endregion
 
 
 def step6_parse_args():
@@ -534,6 +552,7 @@ def step6_parse_args():
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
 
     with harness.quiet():  # the exporter's dump of the graph at the failure ('Torch IR graph ...')
+        # region step6
         legacy_model = AllKindsModel(torch.ops.argdemo_legacy.all_kinds, **WITH_BIAS).eval()
         register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_symbolic, 18)
         with expect_error("does not know how to unpack the ListConstruct node"):
@@ -544,7 +563,9 @@ def step6_parse_args():
                 dynamo=False,
                 opset_version=18,
             )
+        # endregion
 
+    # region step6-2
     register_custom_op_symbolic("argdemo::all_kinds", all_kinds_symbolic, 18)
     for path, m, args, names in [
         ("all_kinds.onnx", model, (x, bias), ["x", "bias"]),
@@ -560,10 +581,12 @@ def step6_parse_args():
             output_names=["y"],
         )
         print_node(path)
+    # endregion
 
     check_node("all_kinds.onnx", ["x", "bias"], WITH_BIAS)
     check_node("all_kinds_no_bias.onnx", ["x"], NO_BIAS)
 
+    # region step6-3
     # A dynamo=False export writes only a file: run_ort and compare check it against PyTorch.
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
@@ -572,9 +595,11 @@ def step6_parse_args():
     reference = ReferenceEvaluator("all_kinds_no_bias.onnx", new_ops=[AllKinds])
     (y,) = reference.run(None, {"x": x.numpy()})
     compare("all_kinds_no_bias.onnx (onnx.reference)", y, model_no_bias(x), 1e-5, 1e-5)
+    # endregion
 
     reference_matches("all_kinds.onnx", model, x, bias)  # dims and scales too
 
+    # region step6-4
     register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_legacy_symbolic, 18)
     torch.onnx.export(
         legacy_model,
@@ -586,6 +611,7 @@ def step6_parse_args():
         output_names=["y"],
     )
     print_node("all_kinds_legacy.onnx")
+    # endregion
 
     check_node("all_kinds_legacy.onnx", ["x", "bias"], WITH_BIAS, same_as="all_kinds.onnx")
     reference_matches("all_kinds_legacy.onnx", legacy_model, x, bias)
@@ -594,6 +620,7 @@ def step6_parse_args():
 # 7. dynamo=False: what an autograd.Function's symbolic receives -------------------------------
 
 
+# region AllKindsFunction
 class AllKindsFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, bias, alpha, k, flag, mode, dims, scales):
@@ -618,6 +645,7 @@ class AllKindsFunction(torch.autograd.Function):
         )
         y.setType(output_type(x, dims))
         return y
+# endregion
 
 
 def step7_function_symbolic():
@@ -625,6 +653,7 @@ def step7_function_symbolic():
     need_the_op()  # the Function's forward calls step 1's C++ op
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)  # step 4's inputs
 
+    # region step7
     model = AllKindsModel(AllKindsFunction.apply, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(AllKindsFunction.apply, **NO_BIAS).eval()
     for path, m, args, names in [
@@ -641,6 +670,7 @@ def step7_function_symbolic():
             output_names=["y"],
         )
         print_node(path)
+    # endregion
 
     check_node("all_kinds_function.onnx", ["x", "bias"], WITH_BIAS, same_as="all_kinds.onnx")
     check_node("all_kinds_function_no_bias.onnx", ["x"], NO_BIAS, same_as="all_kinds_no_bias.onnx")

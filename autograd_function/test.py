@@ -13,10 +13,12 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import logging
 import os
@@ -30,50 +32,19 @@ import torch
 import torch.nn.functional as F
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
-from torch.onnx.testing import assert_onnx_program
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
     try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
-
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
+# endregion
 
 # 1. MyRelu -> Clip ----------------------------------------------------------------------------
 
 
+# region MyRelu
 class MyRelu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -95,8 +66,10 @@ class MyRelu(torch.autograd.Function):
 class MyReluModel(torch.nn.Module):
     def forward(self, x):
         return MyRelu.apply(x)
+# endregion
 
 
+# region NoSymbolic
 class NoSymbolic(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -106,21 +79,25 @@ class NoSymbolic(torch.autograd.Function):
 class NoSymbolicModel(torch.nn.Module):
     def forward(self, x):
         return NoSymbolic.apply(x)
+# endregion
 
 
 def step1_my_relu():
     """MyRelu -> Clip (dynamo=False)"""
+    # region step1
     x = torch.randn(2, 3, 4)
     torch.onnx.export(
         MyReluModel(), (x,), "my_relu.onnx", dynamo=False, opset_version=17, input_names=["x"]
     )
     (actual,) = run_ort("my_relu.onnx", {"x": x.numpy()})
     compare("my_relu.onnx", actual, MyReluModel()(x), rtol=0, atol=0)
+    # endregion
 
     harness.show("my_relu.onnx")
     assert harness.op_types("my_relu.onnx") == ["Constant", "Clip"]
 
     with harness.quiet():  # torch 2.15 also prints the graphs it had built when the export failed
+        # region step1-2
         os.makedirs("failures", exist_ok=True)  # failure demonstrations go there
         # autograd_inlining=False (deprecated) keeps each Function as one prim::PythonOp node
         with expect_error("Couldn't export Python operator NoSymbolic"):
@@ -132,6 +109,7 @@ def step1_my_relu():
                 opset_version=17,
                 autograd_inlining=False,
             )
+        # endregion
     kept = io.BytesIO()  # the fix: MyRelu, with its symbolic, exports the same way as Clip
     torch.onnx.export(MyReluModel(), (x,), kept, dynamo=False, autograd_inlining=False)
     ops = [n.op_type for n in onnx.load_from_string(kept.getvalue()).graph.node]
@@ -142,6 +120,7 @@ def step1_my_relu():
 # 2. MyAdd (2a + b) and the dtype of constants -------------------------------------------------
 
 
+# region MyAdd
 class MyAdd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
@@ -156,8 +135,10 @@ class MyAdd(torch.autograd.Function):
 class MyAddModel(torch.nn.Module):
     def forward(self, a, b):
         return MyAdd.apply(a, b)
+# endregion
 
 
+# region ClipFloat32Min
 class ClipFloat32Min(torch.autograd.Function):
     """The source's MyRelu symbolic: a float32 min, whatever the input's dtype."""
 
@@ -173,10 +154,12 @@ class ClipFloat32Min(torch.autograd.Function):
 class ClipFloat32MinModel(torch.nn.Module):
     def forward(self, x):
         return ClipFloat32Min.apply(x)
+# endregion
 
 
 def step2_my_add():
     """MyAdd (2a + b) -> Constant, Mul, Add (dynamo=False)"""
+    # region step2
     for path, dtype in [
         ("my_add_float32.onnx", torch.float32),
         ("my_add_float64.onnx", torch.float64),
@@ -189,12 +172,14 @@ def step2_my_add():
         compare(path, actual, MyAddModel()(a, b), rtol=0, atol=0)
         two = onnx.numpy_helper.to_array(onnx.load(path).graph.node[0].attribute[0].t)
         print(f"  {path}: the exporter stored the constant as {two.dtype}, not int64")
+    # endregion
 
         harness.show(path)
         assert harness.op_types(path) == ["Constant", "Mul", "Add"], harness.op_types(path)
         assert str(two.dtype) == str(dtype).removeprefix("torch.") and two.tolist() == [2], two
 
     with harness.quiet() as held:  # torch 2.4's exporter warns about this model
+        # region step2-2
         x64 = torch.randn(2, 3, dtype=torch.float64)
         torch.onnx.export(
             ClipFloat32MinModel(),
@@ -204,6 +189,7 @@ def step2_my_add():
             opset_version=17,
             input_names=["x"],
         )
+        # endregion
     warning = "The exported ONNX model failed ONNX shape inference"
     if harness.TORCH < (2, 5):  # the export runs the checker on what it wrote; 2.5 dropped that
         assert warning in held[0], held[0]
@@ -211,12 +197,15 @@ def step2_my_add():
     else:
         assert warning not in held[0], held[0]  # the exporter writes the model without a word
 
+    # region step2-3
     failed = "failures/clip_float32_min_float64_input.onnx"
     with expect_error("min has inconsistent type tensor(float)"):
         onnx.checker.check_model(onnx.load(failed), full_check=True)
     with expect_error("Type parameter (T) of Optype (Clip) bound to different types"):
         run_ort(failed, {"x": x64.numpy()})
+    # endregion
 
+    # region step2-4
     torch.onnx.export(
         MyReluModel(),
         (x64,),
@@ -227,6 +216,7 @@ def step2_my_add():
     )
     (actual,) = run_ort("my_relu_float64.onnx", {"x": x64.numpy()})
     compare("my_relu_float64.onnx", actual, MyReluModel()(x64), rtol=0, atol=0)
+    # endregion
 
     model = harness.show("my_relu_float64.onnx")
     zero = onnx.numpy_helper.to_array(model.graph.node[0].attribute[0].t)
@@ -235,6 +225,7 @@ def step2_my_add():
 
 # 3. A C++ extension wrapped in a Function -----------------------------------------------------
 
+# region step3
 MY_ADD_CPP = r"""
 // 2a + b as a hand-written kernel computes it: allocate the output (an ATen call), then fill
 // it element by element through raw pointers (no ATen call: nothing a tracer could record).
@@ -254,10 +245,12 @@ torch::Tensor my_add_aten(torch::Tensor a, torch::Tensor b) {
   return 2 * a + b;
 }
 """
+# endregion
 
 my_lib = None  # the compiled extension: step 3 builds it, step 6 uses it again
 
 
+# region DirectCall
 class DirectCall(torch.nn.Module):
     def __init__(self, kernel) -> None:
         super().__init__()
@@ -265,8 +258,10 @@ class DirectCall(torch.nn.Module):
 
     def forward(self, a, b):
         return self.kernel(a, b)
+# endregion
 
 
+# region MyAddCpp
 class MyAddCpp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
@@ -281,6 +276,7 @@ class MyAddCpp(torch.autograd.Function):
 class MyAddCppModel(torch.nn.Module):
     def forward(self, a, b):
         return MyAddCpp.apply(a, b)
+# endregion
 
 
 def step3_cpp_extension():
@@ -291,6 +287,7 @@ def step3_cpp_extension():
         raise harness.Skip(problem)
 
     with harness.quiet():  # torch 2.4 prints "No CUDA runtime is found" at the import
+        # region step3-2
         logging.getLogger("torch.utils.cpp_extension").addFilter(
             lambda record: "No CUDA runtime" not in record.msg
         )
@@ -308,7 +305,9 @@ def step3_cpp_extension():
             print(f"  built {my_lib.__file__} in {time.time() - started:.0f} s")
         else:
             print(f"  reused the cached build {my_lib.__file__} ({time.time() - started:.1f} s)")
+        # endregion
 
+    # region step3-3
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     torch.testing.assert_close(my_lib.my_add(a, b), 2 * a + b)  # the kernel itself is right
     torch.onnx.export(
@@ -323,6 +322,7 @@ def step3_cpp_extension():
     constant = onnx.numpy_helper.to_array(direct.graph.node[0].attribute[0].t)
     inputs = [i.name for i in direct.graph.input]
     print(f"  my_add_cpp_direct.onnx: inputs {inputs}, output Constant {constant.tolist()}")
+    # endregion
 
     harness.show("failures/my_add_cpp_direct.onnx")
     assert not inputs and harness.op_types("failures/my_add_cpp_direct.onnx") == ["Constant"]
@@ -330,13 +330,16 @@ def step3_cpp_extension():
 
     traced_as = "does not match the corresponding output of the Python function"
     with harness.quiet(traced_as):  # torch.jit.trace runs its graph again, to check it
+        # region step3-4
         # What dynamo=False's tracer records: each ATen op that runs, also those C++ code calls
         for name in ("my_add", "my_add_aten"):
             graph = torch.jit.trace(getattr(my_lib, name), (a, b)).graph
             kinds = [node.kind() for node in graph.nodes() if node.kind() != "prim::Constant"]
             print(f"  my_lib.{name} traced as {kinds}")
+        # endregion
     print(f"  torch.jit.trace warned: Output nr 1. of the traced function {traced_as}")
 
+    # region step3-5
     torch.onnx.export(
         DirectCall(my_lib.my_add_aten),
         (a, b),
@@ -347,10 +350,12 @@ def step3_cpp_extension():
     )
     (actual,) = run_ort("my_add_aten_direct.onnx", {"a": a.numpy(), "b": b.numpy()})
     compare("my_add_aten_direct.onnx", actual, 2 * a + b, rtol=0, atol=0)
+    # endregion
 
     harness.show("my_add_aten_direct.onnx")
     assert harness.op_types("my_add_aten_direct.onnx")[-2:] == ["Mul", "Add"]
 
+    # region step3-6
     torch.onnx.export(
         MyAddCppModel(),
         (a, b),
@@ -361,6 +366,7 @@ def step3_cpp_extension():
     )
     (actual,) = run_ort("my_add_cpp.onnx", {"a": a.numpy(), "b": b.numpy()})
     compare("my_add_cpp.onnx", actual, MyAddCppModel()(a, b), rtol=0, atol=0)
+    # endregion
 
     harness.show("my_add_cpp.onnx")  # standard ops only: plain ONNX Runtime runs it
     assert harness.op_types("my_add_cpp.onnx") == ["Constant", "Mul", "Add"]
@@ -369,6 +375,7 @@ def step3_cpp_extension():
 # 4. Super-resolution with a run-time scale factor ---------------------------------------------
 
 
+# region BicubicUpsample
 class BicubicUpsample(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, scales):
@@ -408,8 +415,10 @@ class SuperResolution(torch.nn.Module):
     def forward(self, x, scales):
         x = self.upsample(x, scales)
         return self.conv3(torch.relu(self.conv2(torch.relu(self.conv1(x)))))
+# endregion
 
 
+# region upsample_atol
 def upsample_atol(x):
     """How far ONNX Runtime's cubic Resize may be from torch's bicubic interpolate on x
     (float32). The derivation: Notes, Tolerances."""
@@ -419,11 +428,13 @@ def upsample_atol(x):
     # rounded differently (up to eps * size), moves the result by at most slope, per axis
     bound = (16 + 2 * slope * max(x.shape[-2:])) * eps * x.abs().max().item()
     return float(f"{bound:.2g}")  # two significant digits: the margin is wide
+# endregion
 
 
 def step4_super_resolution():
     """Super-resolution: bicubic upsample -> Resize with the factor as an input (dynamo=False)"""
     with harness.quiet("Converting a tensor to a Python list"):  # TracerWarning: tolist()
+        # region step4
         x = torch.rand(1, 3, 16, 16)
         factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
         torch.onnx.export(
@@ -441,11 +452,13 @@ def step4_super_resolution():
             (actual,) = run_ort("bicubic_upsample.onnx", feeds)
             name, expected = f"bicubic_upsample.onnx, factor {f:g}", FunctionUpsample()(x, scales)
             compare(name, actual, expected, rtol=0, atol=upsample_atol(x))
+        # endregion
 
     harness.show("bicubic_upsample.onnx")
     assert harness.op_types("bicubic_upsample.onnx") == ["Resize"]
 
     with harness.quiet("Converting a tensor to a Python list"):
+        # region step4-2
         sr = SuperResolution(FunctionUpsample()).eval()
         torch.onnx.export(
             sr,
@@ -459,11 +472,14 @@ def step4_super_resolution():
             # Convy_dim_0, ...], as if height had to equal batch
             dynamic_axes={"x": {0: "batch"}, "y": {0: "batch", 2: "height", 3: "width"}},
         )
+        # endregion
+    # region step4-2b
     for f in (2.0, 3.0):
         scales = torch.tensor([1.0, 1.0, f, f])
         (actual,) = run_ort("super_resolution.onnx", {"x": x.numpy(), "factor": scales.numpy()})
         name = f"super_resolution.onnx, factor {f:g}, {actual.shape}"
         compare(name, actual, sr(x, scales), rtol=1e-5, atol=1e-6)
+    # endregion
 
     model = harness.show("super_resolution.onnx")
     assert [i.name for i in model.graph.input] == ["x", "factor"]
@@ -477,6 +493,7 @@ def step4_super_resolution():
 
 def step5_backward():
     """Does a Function need backward?"""
+    # region step5
     a = torch.randn(3, requires_grad=True)
     with expect_error("You must implement either the backward or vjp method"):
         MyAdd.apply(a, torch.randn(3)).sum().backward()
@@ -484,11 +501,13 @@ def step5_backward():
     x = torch.randn(4, 5, dtype=torch.float64)
     x = (x + 0.1 * x.sign()).requires_grad_()  # keep away from the kink at 0
     print("  gradcheck(MyRelu.apply, (x,)):", torch.autograd.gradcheck(MyRelu.apply, (x,)))
+    # endregion
 
 
 # 6. The torch.export-based exporter (dynamo=True) ---------------------------------------------
 
 
+# region MyAddOnnxOps
 class MyAddOnnxOps(torch.nn.Module):
     def forward(self, a, b):
         if torch.onnx.is_in_onnx_export():
@@ -497,8 +516,10 @@ class MyAddOnnxOps(torch.nn.Module):
             doubled = torch.onnx.ops.symbolic("Mul", (two, a), dtype=a.dtype, shape=a.shape)
             return torch.onnx.ops.symbolic("Add", (doubled, b), dtype=a.dtype, shape=a.shape)
         return my_lib.my_add(a, b)  # outside the export: step 3's C++ kernel, as before
+# endregion
 
 
+# region OnnxOpsUpsample
 class OnnxOpsUpsample(torch.nn.Module):
     def forward(self, x, scales):
         if torch.onnx.is_in_onnx_export():
@@ -515,11 +536,13 @@ class OnnxOpsUpsample(torch.nn.Module):
             )
         factors = scales.tolist()[-2:]
         return F.interpolate(x, scale_factor=factors, mode="bicubic", align_corners=False)
+# endregion
 
 
 @harness.needs_torch("2.8", "torch.onnx.ops came with 2.8; on 2.4 dynamo=True is dynamo_export")
 def step6_dynamo():
     """The torch.export-based exporter (dynamo=True)"""
+    # region step6
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     for model, inputs, path in [
         (MyReluModel(), (a,), "my_relu_dynamo.onnx"),
@@ -530,6 +553,7 @@ def step6_dynamo():
         onnx_program.save(path)
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: symbolic ignored, forward traced: {ops}; matches PyTorch")
+    # endregion
 
         harness.show(path)
     assert harness.op_types("my_relu_dynamo.onnx") == ["Max"]
@@ -540,13 +564,17 @@ def step6_dynamo():
     else:
         warned = "Dynamo does not know how to trace the builtin"
         with harness.quiet(warned):  # the warning comes from the second try, strict=True
+            # region step6-2
             with expect_error("but its data is not allocated yet"):
                 torch.onnx.export(MyAddCppModel().eval(), (a, b), dynamo=True, verbose=False)
+            # endregion
         show_the_two_tries(MyAddCppModel().eval(), (a, b), warned)
 
+    # region step6-3
     x = torch.rand(1, 3, 16, 16)
     factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
     sr_function = SuperResolution(FunctionUpsample()).eval()  # step 4's model
+    # endregion
 
     if harness.TORCH < (2, 9):
         harness.differs(
@@ -575,19 +603,23 @@ def step6_dynamo():
         export_the_function_model(sr_function, x, factor3)
         sr_strategy, opset = "TorchExportNonStrictStrategy", 20
 
+    # region step6-5
     with expect_error("must be tuple of floats, but found element of type SymFloat"):
         # what dynamo=True tries first, called yourself: its own error, on any torch
         torch.export.export(sr_function, (x, factor3), strict=False)
+    # endregion
 
     if my_lib is None:  # outside the export, MyAddOnnxOps calls step 3's C++ extension
         print("  MyAddOnnxOps: not tried, step 3 could not build the C++ extension")
     else:
+        # region step6-6
         onnx_program = torch.onnx.export(MyAddOnnxOps().eval(), (a, b), dynamo=True, verbose=False)
         onnx_program.save("my_add_onnx_ops_dynamo.onnx")
         ops = [node.op_type for node in onnx.load("my_add_onnx_ops_dynamo.onnx").graph.node]
         print(f"  my_add_onnx_ops_dynamo.onnx: torch.onnx.ops.symbolic wrote {ops}")
         (actual,) = run_ort("my_add_onnx_ops_dynamo.onnx", {"a": a.numpy(), "b": b.numpy()})
         compare("my_add_onnx_ops_dynamo.onnx", actual, MyAddOnnxOps()(a, b), rtol=0, atol=0)
+        # endregion
 
         written = harness.show("my_add_onnx_ops_dynamo.onnx")
         assert ops == ["Mul", "Add"] and harness.opsets_of(written)[""] == opset, ops
@@ -597,6 +629,7 @@ def step6_dynamo():
         print("  the exported program computes zeros in place of each torch.onnx.ops node")
 
     with harness.quiet() as held:  # torch 2.8 logs its draft export, prints the graph it traced
+        # region step6-7
         sr_dynamo = SuperResolution(OnnxOpsUpsample()).eval()
         onnx_program = torch.onnx.export(
             sr_dynamo,
@@ -607,17 +640,20 @@ def step6_dynamo():
             output_names=["y"],
         )
         onnx_program.save("super_resolution_dynamo.onnx")
+        # endregion
     assert onnx_program._capture_strategy == sr_strategy, onnx_program._capture_strategy
     if sr_strategy.endswith("DraftExportStrategy"):  # where torch.export stopped: a conv2d
         traced = [ln.split(" = ", 1)[-1] for ln in held[0].splitlines() if " = torch.ops." in ln]
         assert traced[-1].startswith("torch.ops.aten.conv2d"), traced[-3:]
 
+    # region step6-8
     for f in (2.0, 3.0):
         scales = torch.tensor([1.0, 1.0, f, f])
         feeds = {"x": x.numpy(), "factor": scales.numpy()}
         (actual,) = run_ort("super_resolution_dynamo.onnx", feeds)
         name = f"super_resolution_dynamo.onnx, factor {f:g}, {actual.shape}"
         compare(name, actual, sr_dynamo(x, scales), rtol=1e-5, atol=1e-6)
+    # endregion
 
     model = harness.show("super_resolution_dynamo.onnx")
     assert [i.name for i in model.graph.input] == ["x", "factor"]
@@ -649,6 +685,7 @@ def show_the_two_tries(model, inputs, warned):
 
 
 def export_the_function_model(sr_function, x, factor3):
+    # region step6-4
     with expect_error("must be tuple of floats, but found element of type SymFloat"):
         onnx_program = torch.onnx.export(
             sr_function,
@@ -659,11 +696,13 @@ def export_the_function_model(sr_function, x, factor3):
             external_data=False,
         )
         assert_onnx_program(onnx_program, rtol=1e-5, atol=1e-6)  # torch 2.8: see Notes
+    # endregion
 
 
 # 7. One Function for both exporters -----------------------------------------------------------
 
 
+# region MyLeakyRelu
 class MyLeakyRelu(torch.autograd.Function):
     """One Function, one LeakyRelu node, under both exporters."""
 
@@ -686,8 +725,10 @@ class MyLeakyRelu(torch.autograd.Function):
 class MyLeakyReluModel(torch.nn.Module):
     def forward(self, x):
         return MyLeakyRelu.apply(x, 0.1)
+# endregion
 
 
+# region MyLeakyReluUnguarded
 class MyLeakyReluUnguarded(MyLeakyRelu):
     """The same Function without `not torch.jit.is_tracing()`."""
 
@@ -704,11 +745,13 @@ class MyLeakyReluUnguarded(MyLeakyRelu):
 class MyLeakyReluUnguardedModel(torch.nn.Module):
     def forward(self, x):
         return MyLeakyReluUnguarded.apply(x, 0.1)
+# endregion
 
 
 @harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
 def step7_both_exporters():
     """One Function for both exporters"""
+    # region step7
     x = torch.randn(2, 3, 4)
     torch.onnx.export(
         MyLeakyReluModel(), (x,), "my_leaky_relu.onnx", dynamo=False, input_names=["x"]
@@ -725,19 +768,23 @@ def step7_both_exporters():
         (actual,) = run_ort(path, {"x": x.numpy()})
         compare(path, actual, MyLeakyReluModel()(x), rtol=0, atol=0)
     assert nodes[0] == nodes[1], nodes  # the same node, whichever exporter wrote it
+    # endregion
     assert nodes[0][3] == onnx.AttributeProto.FLOAT, nodes  # alpha is a float attribute
     for path in ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx"):
         model = harness.show(path)
         assert [i.name for i in model.graph.input] == ["x"], model.graph.input
 
+    # region step7-2
     with expect_error("unsupported input list type: Tensor?"):
         path = "failures/my_leaky_relu_unguarded.onnx"
         torch.onnx.export(MyLeakyReluUnguardedModel(), (x,), path, dynamo=False)
+    # endregion
 
 
 # 8. Two outputs as one custom node ------------------------------------------------------------
 
 
+# region MinMaxOnnxOps
 class MinMaxOnnxOps(torch.nn.Module):
     """The min and the max over the last axis as ONE node with two outputs, in our domain."""
 
@@ -754,8 +801,10 @@ class MinMaxOnnxOps(torch.nn.Module):
             )
             return low, high
         return torch.aminmax(x, dim=-1)
+# endregion
 
 
+# region MinMax
 class MinMax(OpRun):
     """tutorial::MinMax in Python, for ONNX's reference evaluator."""
 
@@ -763,11 +812,13 @@ class MinMax(OpRun):
 
     def _run(self, x, axis=None):
         return (x.min(axis=axis), x.max(axis=axis))
+# endregion
 
 
 @harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
 def step8_two_outputs():
     """Two outputs as one custom node"""
+    # region step8
     m = torch.randn(2, 3, 5)
     onnx_program = torch.onnx.export(
         MinMaxOnnxOps().eval(), (m,), dynamo=True, verbose=False, output_names=["low", "high"]
@@ -784,6 +835,7 @@ def step8_two_outputs():
     print("  min_max_onnx_ops_dynamo.onnx: ONNX's reference evaluator matches PyTorch exactly")
     with expect_error("MinMax(-1) is not a registered function/op"):
         run_ort("min_max_onnx_ops_dynamo.onnx", {"x": m.numpy()})  # no kernel in ONNX Runtime
+    # endregion
 
     harness.show("min_max_onnx_ops_dynamo.onnx")
     assert [(o.domain, o.version) for o in model.opset_import if o.domain] == [("tutorial", 1)]

@@ -17,10 +17,12 @@ import platform
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import os
 import pathlib
@@ -39,44 +41,14 @@ import torch
 from openvino.frontend.onnx import ConversionExtension
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+# endregion
 
 # ---------------------------------------------------------------------------------------------
 # 1. The custom nodes, exported with dynamo=False
 # ---------------------------------------------------------------------------------------------
 
 
+# region dual_residual
 # cst_py, not register_pytorch_op's cst: that folder's C++ ops can load in the same process
 @torch.library.custom_op("cst_py::dual_residual", mutates_args=())
 def dual_residual(
@@ -108,8 +80,10 @@ def foo_forward(
 @foo_forward.register_fake
 def _(x, y, alpha, beta, mode, scales, dims):
     return x.new_empty([1 if axis in dims else size for axis, size in enumerate(x.shape)])
+# endregion
 
 
+# region DualResidual
 class DualResidual(torch.nn.Module):
     def forward(self, x, y):
         return dual_residual(x, y, 0.5)
@@ -134,8 +108,10 @@ class MidGraph(torch.nn.Module):
     def forward(self, x):
         y = self.op(*[conv(x) for conv in self.before])
         return self.after(torch.cat(y, dim=1) if isinstance(y, tuple) else y)
+# endregion
 
 
+# region threshold_symbolic
 @parse_args("v", "f", "f")
 def threshold_symbolic(g, x, threshold, value):
     y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
@@ -156,6 +132,7 @@ def foo_symbolic(g, x, y, alpha, beta, mode, scales, dims):
     )
     shape = [1 if axis in dims else size for axis, size in enumerate(x.type().sizes())]
     return z.setType(x.type().with_sizes(shape))
+# endregion
 
 
 MODELS: dict = {}  # name -> (PyTorch model, inputs): step 1 fills it
@@ -165,11 +142,14 @@ EXPORTED: dict = {}  # ONNX file -> (PyTorch model, inputs): what the OpenVINO s
 def step1_export_dynamo_false():
     """The custom nodes, exported with dynamo=False"""
     global MODELS, EXPORTED
+    # region step1
     torch.manual_seed(0)
     x, y = torch.randn(1, 3, 16, 16), torch.randn(1, 3, 16, 16)
     torch.library.opcheck(dual_residual, (x, y, 0.5))
     torch.library.opcheck(foo_forward, (x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3]))
+    # endregion
 
+    # region step1-2
     MODELS = {  # name -> (PyTorch model, its inputs)
         "threshold": (torch.nn.Threshold(0.1, 20).eval(), (x,)),
         "threshold_net": (MidGraph(torch.nn.Threshold(0.1, 20), 1, 1).eval(), (x,)),
@@ -189,6 +169,7 @@ def step1_export_dynamo_false():
             custom_opsets={"rknn_cst": 1},
         )
         EXPORTED[f"{name}.onnx"] = (model, inputs)
+    # endregion
 
     for name in MODELS:
         written = harness.show(f"{name}.onnx")
@@ -207,6 +188,7 @@ def step1_export_dynamo_false():
 # 2. The same nodes with dynamo=True
 # ---------------------------------------------------------------------------------------------
 
+# region schema
 Schema = onnx.defs.OpSchema
 FLOAT32 = [("T", ["tensor(float)"], "float32 tensors")]
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
@@ -238,8 +220,10 @@ FooOp = onnxscript.values.Op(
         "scales": Attr.FLOATS, "dims": Attr.INTS,
     }),
 )
+# endregion
 
 
+# region threshold_translation
 # `self`, as aten::threshold names its input: torch 2.8 matches a translation by its names
 def threshold_translation(self, threshold: float, value: float):
     return cstThreshold(self, threshold=threshold, value=value)
@@ -258,18 +242,21 @@ TRANSLATIONS = {
     torch.ops.cst_py.dual_residual.default: dual_residual_translation,
     torch.ops.cst_py.foo_forward.default: foo_translation,
 }
+# endregion
 
 
 @harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
 def step2_export_dynamo_true():
     """The same nodes with dynamo=True"""
     print("  (six dynamo=True exports: torch.export traces each, a second or two apiece)")
+    # region step2
     for name, (model, inputs) in MODELS.items():
         program = torch.onnx.export(
             model, inputs, dynamo=True, verbose=False, custom_translation_table=TRANSLATIONS
         )
         program.save(f"dynamo_{name}.onnx")
         EXPORTED[f"dynamo_{name}.onnx"] = (model, inputs)
+    # endregion
 
     for name in MODELS:
         path = f"dynamo_{name}.onnx"
@@ -288,6 +275,7 @@ def step2_export_dynamo_true():
 
 def step3_no_extension():
     """OpenVINO without an extension"""
+    # region step3
     core = ov.Core()
     with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
         core.read_model("threshold.onnx")
@@ -295,10 +283,13 @@ def step3_no_extension():
         core.read_model("threshold_net.onnx")
     with expect_error("The input data tensor's rank has to be known (static)"):
         core.compile_model("threshold_net.onnx", "CPU")
+    # endregion
 
     if harness.TORCH >= (2, 6):  # the dynamo=True file fails the same way
+        # region step3-2
         with expect_error("Conversion is failed for: Conv-"):
             core.read_model("dynamo_threshold_net.onnx")
+        # endregion
     else:
         harness.differs("no dynamo=True models: step 2 needs torch 2.6")
 
@@ -308,6 +299,7 @@ def step3_no_extension():
 # ---------------------------------------------------------------------------------------------
 
 
+# region as_float32
 # The element types the CPU plugin may hand a custom op (step 7): f32; f16 where it infers in
 # f16; bf16 where the model itself is bf16. The ops compute in float32, round each result once.
 FLOAT_TYPES = (ov.Type.f32, ov.Type.f16, ov.Type.bf16)
@@ -328,8 +320,10 @@ def store(tensor, result):
         tensor.data.view(np.uint16)[:] = result.astype(ml_dtypes.bfloat16).view(np.uint16)
     else:
         tensor.data[:] = result
+# endregion
 
 
+# region CstThreshold
 class CstThreshold(ov.Op):
     """rknn_cst::cstThreshold for OpenVINO: y = x if x > threshold else value."""
 
@@ -355,8 +349,10 @@ class CstThreshold(ov.Op):
         below = x <= np.float32(self.threshold)
         store(outputs[0], np.where(below, np.float32(self.value), x))
         return True
+# endregion
 
 
+# region CstDualResidual
 class CstDualResidual(ov.Op):
     """rknn_cst::cstDualResidual: (x * alpha - y, y * alpha - x), two outputs."""
 
@@ -384,8 +380,10 @@ class CstDualResidual(ov.Op):
         store(outputs[0], x * alpha - y)
         store(outputs[1], y * alpha - x)
         return True
+# endregion
 
 
+# region FooOv
 class FooOv(ov.Op):
     """rknn_cst::Foo: ((x * alpha -/+ y * beta) * scales per channel).sum(dims, keepdim)."""
 
@@ -423,8 +421,10 @@ class FooOv(ov.Op):
         result = z.sum(axis=tuple(self.dims), keepdims=True, dtype=np.float64)
         store(outputs[0], result.astype(np.float32))  # float32 first, as the C++ op
         return True
+# endregion
 
 
+# region convert_threshold
 def convert_threshold(node):
     threshold, value = node.get_attribute("threshold"), node.get_attribute("value")
     return CstThreshold([node.get_input(0)], threshold, value).outputs()
@@ -439,8 +439,10 @@ def convert_foo(node):
     names = ("alpha", "beta", "mode", "scales", "dims")
     attributes = [node.get_attribute(name) for name in names]
     return FooOv([node.get_input(0), node.get_input(1)], *attributes).outputs()
+# endregion
 
 
+# region run_openvino
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
@@ -454,16 +456,20 @@ def run_openvino(core, path, inputs, config=F32):
 def pytorch_outputs(model, inputs):
     outputs = model(*inputs)
     return outputs if isinstance(outputs, tuple) else (outputs,)
+# endregion
 
 
 def step4_python_ops():
     """The ops in Python: openvino.Op and a ConversionExtension"""
     global python_ops, python_results
+    # region step4
     generic = ov.Core()
     generic.add_extension(ov.frontend.ConversionExtension("cstThreshold", convert_threshold))
     with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
         generic.read_model("threshold.onnx")
+    # endregion
 
+    # region step4-2
     python_ops = ov.Core()
     python_ops.add_extension(ConversionExtension("cstThreshold", "rknn_cst", convert_threshold))
     python_ops.add_extension(
@@ -478,6 +484,7 @@ def step4_python_ops():
         for number, (actual, wanted) in enumerate(zip(outputs, expected, strict=True)):
             compare(f"{path}[{number}]", actual, wanted, rtol=1e-5, atol=1e-5)
         python_results[path] = outputs  # for step 6
+    # endregion
 
     ops = [op.get_type_name() for op in python_ops.read_model("threshold_net.onnx").get_ops()]
     assert "CstThreshold" in ops, ops
@@ -492,6 +499,7 @@ python_results: dict = {}
 # 5. The ops in C++, built against the wheel
 # ---------------------------------------------------------------------------------------------
 
+# region step5
 CPP_HEADER = r"""
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
@@ -549,7 +557,9 @@ inline ov::bfloat16 rounded<ov::bfloat16>(float value) {
     return ov::bfloat16::from_bits(static_cast<uint16_t>(x >> 16));
 }
 """
+# endregion
 
+# region step5-2
 THRESHOLD_CPP = r"""
 // rknn_cst::cstThreshold: y = x if x > threshold else value (torch's rule: NaN stays NaN).
 class CstThreshold : public ov::op::Op {
@@ -591,7 +601,9 @@ private:
     float threshold_ = 0.0f, value_ = 0.0f;
 };
 """
+# endregion
 
+# region step5-3
 DUAL_RESIDUAL_CPP = r"""
 // rknn_cst::cstDualResidual: (x * alpha - y, y * alpha - x), two outputs.
 class CstDualResidual : public ov::op::Op {
@@ -641,7 +653,9 @@ private:
     float alpha_ = 0.0f;
 };
 """
+# endregion
 
+# region step5-4
 FOO_CPP = r"""
 // rknn_cst::Foo: ((x * alpha -/+ y * beta) * scales[channel]).sum(dims, keepdim=True)
 class Foo : public ov::op::Op {
@@ -721,7 +735,9 @@ private:
     std::vector<int64_t> dims_;
 };
 """
+# endregion
 
+# region step5-5
 EXTENSIONS_CPP = r"""
 // Attribute names: OpenVINO's -> ONNX's (the same here, listed anyway).
 using AttributeNames = std::map<std::string, std::string>;
@@ -740,8 +756,10 @@ OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({
                        {"scales", "scales"}, {"dims", "dims"}}),
 }));
 """
+# endregion
 
 
+# region ninja_file
 def ninja_file():
     """build.ninja: the compiler's commands, the three libraries, and step 8's program, which
     `ninja` builds only when asked (`ninja cst_host`)."""
@@ -770,6 +788,7 @@ def write_if_changed(path, text):
     path = pathlib.Path(path)
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)
+# endregion
 
 
 def step5_build_cpp():
@@ -778,6 +797,7 @@ def step5_build_cpp():
     if problem:
         raise harness.Skip(problem)
 
+    # region step5-6
     CST_OPS_CPP = CPP_HEADER + THRESHOLD_CPP + DUAL_RESIDUAL_CPP + FOO_CPP + EXTENSIONS_CPP
     os.makedirs("failures", exist_ok=True)
     write_if_changed("cst_ops.cpp", CST_OPS_CPP)
@@ -799,6 +819,7 @@ def step5_build_cpp():
         print(f"  ninja: no work to do, libcst_ops.so is up to date ({seconds:.1f} s)")
     else:
         print(f"  ninja: built the three libraries in {seconds:.0f} s")
+    # endregion
 
     assert float_list != CST_OPS_CPP and f32_only != CST_OPS_CPP
     for path in ("libcst_ops.so", "failures/libcst_ops_float_list.so", "failures/libcst_ops_f32_only.so"):
@@ -817,11 +838,14 @@ def step6_run_cpp():
         raise harness.Skip("needs step 5's library")
     global cpp_ops
 
+    # region step6
     float_list_ops = ov.Core()
     float_list_ops.add_extension(os.path.abspath("failures/libcst_ops_float_list.so"))
     with expect_error("Bad cast from: St6vectorIdSaIdEE to: St6vectorIfSaIfEE"):
         float_list_ops.read_model("foo.onnx")
+    # endregion
 
+    # region step6-2
     cpp_ops = ov.Core()
     cpp_ops.add_extension(os.path.abspath("libcst_ops.so"))
     for path, (model, inputs) in EXPORTED.items():
@@ -832,12 +856,14 @@ def step6_run_cpp():
         for actual, python in zip(cpp_results, python_results[path], strict=True):  # step 4's
             np.testing.assert_allclose(actual, python, rtol=1e-6, atol=0, err_msg=path)
     print(f"  the C++ and the Python ops agree on all {len(EXPORTED)} models (rtol=1e-6)")
+    # endregion
 
     ops = {op.get_type_name(): op for op in cpp_ops.read_model("foo.onnx").get_ops()}
     attributes = ops["Foo"].get_attributes()
     print(f"  Foo in OpenVINO: scales {attributes['scales']}, dims {attributes['dims']}")
     assert attributes["scales"] == [1.0, 2.0, 3.0] and attributes["dims"] == [2, 3], attributes
 
+    # region step6-3
     for path in ("threshold_net.onnx", "dual_residual_net.onnx", "foo_net.onnx"):
         model = EXPORTED[path][0]
         for label, core in (("Python", python_ops), ("C++", cpp_ops)):
@@ -849,6 +875,7 @@ def step6_run_cpp():
                 any_x = torch.randn(shape)
                 (actual,) = compiled([any_x.numpy()]).values()
                 compare(f"{path} {label} {shape}", actual, model(any_x), rtol=1e-5, atol=1e-5)
+    # endregion
 
     assert str(network.input(0).get_partial_shape()) == "[?,3,?,?]", network.input(0)
     if harness.TORCH < (2, 6):
@@ -868,6 +895,7 @@ def step7_precision():
     if cpp_ops is None:
         raise harness.Skip("needs step 5's library")
 
+    # region step7
     capabilities = cpp_ops.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     default = cpp_ops.compile_model("threshold_net.onnx", "CPU")  # no config: the defaults
     precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
@@ -878,6 +906,7 @@ def step7_precision():
         compiled = cpp_ops.compile_model("threshold_net.onnx", "CPU", config)
         honoured[hint] = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
         print(f"  asked for {hint}: {honoured[hint]}")
+    # endregion
 
     # config.cpp: a hint the CPU has no hardware for is ignored, without an error
     for hint, capability in (("bf16", "BF16"), ("f16", "FP16")):
@@ -886,6 +915,7 @@ def step7_precision():
     assert precision == default_precision(capabilities), (precision, capabilities)
 
     x = EXPORTED["threshold.onnx"][1][0]
+    # region step7-2
     LOW_PRECISION = {  # model -> (its element type, the config to compile it with)
         "threshold_bf16.onnx": (torch.bfloat16, {}),
         "threshold_f16.onnx": (torch.float16, {"INFERENCE_PRECISION_HINT": "f16"}),
@@ -895,6 +925,7 @@ def step7_precision():
             torch.nn.Threshold(0.1, 20).eval(), (x.to(dtype),), path, dynamo=False,
             opset_version=12, custom_opsets={"rknn_cst": 1},
         )
+    # endregion
 
     for path, elem_type in (("threshold_bf16.onnx", "BFLOAT16"), ("threshold_f16.onnx", "FLOAT16")):
         written = harness.show(path)
@@ -903,6 +934,7 @@ def step7_precision():
             elem = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type)
             assert elem == elem_type, (path, value.name, elem)
 
+    # region step7-3
     f32_only = ov.Core()
     f32_only.add_extension(os.path.abspath("failures/libcst_ops_f32_only.so"))
     handed = {}
@@ -913,6 +945,7 @@ def step7_precision():
         if handed[path] != "f32":
             with expect_error("Unsupported operation of type: CstThreshold"):
                 f32_only.compile_model(path, "CPU", config)
+    # endregion
 
     # transformation_pipeline.cpp: bf16 stays bf16 with bf16 hardware (AVX-512 on x86), f16
     # stays f16 under the f16 precision with f16 hardware; both become f32 otherwise.
@@ -923,19 +956,23 @@ def step7_precision():
     if set(handed.values()) == {"f32"}:
         print("  (this CPU hands custom ops f32 only; tests/ runs the kernels in f16 and bf16)")
 
+    # region step7-4
     for path, (dtype, config) in LOW_PRECISION.items():
         low_x = x.to(dtype)
         expected = torch.nn.Threshold(0.1, 20)(low_x.float())  # x or 20: both exact in dtype
         for label, core in (("Python", python_ops), ("C++", cpp_ops)):
             (actual,) = run_typed(core, path, [low_x], config)
             compare(f"{path} {label}", actual, expected, rtol=0, atol=0)
+    # endregion
 
+    # region step7-5
     model, inputs = EXPORTED["threshold_net.onnx"]
     expected = model(*inputs).detach().numpy()
     bf16_hint = {"INFERENCE_PRECISION_HINT": "bf16"}  # the default on a CPU with AVX512_BF16
     (bf16,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, bf16_hint)
     diff = np.abs(bf16 - expected)
     print(f"  in bf16: max abs diff {diff.max():.2f}, median {np.median(diff):.3f}")
+    # endregion
 
     if honoured["bf16"] == "bf16":
         assert not np.allclose(bf16, expected, rtol=1e-5, atol=1e-5)  # outside the tolerance
@@ -946,15 +983,18 @@ def step7_precision():
         print("  (this CPU ignored the bf16 hint: the results are f32's)")
         np.testing.assert_allclose(bf16, expected, rtol=1e-5, atol=1e-5)
 
+    # region step7-6
     accuracy = {"EXECUTION_MODE_HINT": "ACCURACY"}  # the model's own precision, f32 here
     for label, config in (("f32", F32), ("ACCURACY", accuracy)):
         (result,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, config)
         compare(f"threshold_net.onnx, {label}", result, expected, rtol=1e-5, atol=1e-5)
+    # endregion
 
     for hint in sorted({h for h, got in honoured.items() if got == h}):  # what this CPU runs
         every_model_at(hint)
 
 
+# region kernel_type
 def kernel_type(core, path, config):
     """The element type the CPU plugin hands PATH's custom node, compiled with CONFIG."""
     compiled = core.compile_model(path, "CPU", config)
@@ -974,6 +1014,7 @@ def run_typed(core, path, inputs, config):
         request.set_tensor(port, tensor)
     request.infer()
     return [as_float32(request.get_tensor(port)) for port in compiled.outputs]
+# endregion
 
 
 EPSILON = {"bf16": 2.0**-8, "f16": 2.0**-11}  # half the gap between 1 and the next number
@@ -1004,6 +1045,7 @@ def every_model_at(hint):
 # 8. Your own C++ program: add_extension, and the libraries to ship
 # ---------------------------------------------------------------------------------------------
 
+# region step8
 HOST_CPP = r"""
 // cst_host LIBRARY MODEL: load the custom ops, compile MODEL for the CPU in f32, fill each
 // input with a ramp (-1 to 0.875 in steps of 0.125, repeating), run it, print each output.
@@ -1039,8 +1081,10 @@ int main(int argc, char* argv[]) {
     return 0;
 }
 """
+# endregion
 
 
+# region host_outputs
 def host_outputs(path):
     """Run cst_host on PATH with the library: each output it prints, as an array."""
     host = [os.path.abspath("cst_host"), os.path.abspath("libcst_ops.so"), path]
@@ -1051,6 +1095,7 @@ def host_outputs(path):
         dims = [int(size) for size in shape.strip("[]").split(",")]
         outputs.append(np.array(values, dtype=np.float32).reshape(dims))
     return outputs
+# endregion
 
 
 def step8_cpp_program():
@@ -1059,6 +1104,7 @@ def step8_cpp_program():
         raise harness.Skip("needs step 5's library")
     ninja_path = os.path.join(ninja.BIN_DIR, "ninja")  # as in step 5
 
+    # region step8-2
     write_if_changed("cst_host.cpp", HOST_CPP)
     build = subprocess.run([ninja_path, "cst_host"], capture_output=True, text=True)
     if build.returncode != 0:
@@ -1070,7 +1116,9 @@ def step8_cpp_program():
         expected = pytorch_outputs(model, ramps)
         for number, (actual, wanted) in enumerate(zip(host_outputs(path), expected, strict=True)):
             compare(f"cst_host {path}[{number}]", actual, wanted, rtol=1e-5, atol=1e-5)
+    # endregion
 
+    # region step8-3
     libs = pathlib.Path(ov.__file__).parent / "libs"
     host = [os.path.abspath("cst_host"), os.path.abspath("libcst_ops.so"), "threshold_net.onnx"]
     traced = subprocess.run(
@@ -1080,6 +1128,7 @@ def step8_cpp_program():
     print(f"  cst_host loaded, from {libs.parent.name}/{libs.name}/:")
     for name in sorted(pathlib.Path(path).name for path in loaded if path.startswith(str(libs))):
         print("   ", name)
+    # endregion
 
     from_wheel = " ".join(pathlib.Path(p).name for p in loaded if p.startswith(str(libs)))
     for part in ("libopenvino.so.", "libopenvino_onnx_frontend.so.", "_cpu_plugin.so", "libtbb"):

@@ -24,11 +24,13 @@ RKNN_HALF = "--rknn-half"  # hidden: the first half starts this file again with 
 IN_RKNN = RKNN_HALF in sys.argv[1:]
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error  # the page's helpers, written once
 
 # Each page script's imports, word for word (a pasted script starts with them) -----------------
 
 if IN_RKNN:  # the second script's (README: "In the RKNN environment"), and its helper
+    # region step3-4
     import contextlib
     import glob
     import os
@@ -37,6 +39,7 @@ if IN_RKNN:  # the second script's (README: "In the RKNN environment"), and its 
     import numpy as np
     from rknn.api import RKNN
     from rknn.api.custom_op import get_node_attr
+    # endregion
 
     @contextlib.contextmanager
     def expect_error(expected):
@@ -59,6 +62,7 @@ if IN_RKNN:  # the second script's (README: "In the RKNN environment"), and its 
         else:
             raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
 else:  # the first script's (the main environment)
+    # region imports
     import os
 
     import numpy as np
@@ -69,12 +73,19 @@ else:  # the first script's (the main environment)
     import torchvision
     from torch.onnx import register_custom_op_symbolic
     from torch.onnx.symbolic_helper import parse_args
-    from torch.onnx.testing import assert_onnx_program
+    try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+        from torch.onnx.testing import assert_onnx_program
+    except ImportError:
+        try:
+            from torch.onnx._internal.exporter._testing import assert_onnx_program
+        except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+            assert_onnx_program = None
 
     try:  # step 3 runs the custom nodes in ONNX Runtime with it
         from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
     except ImportError:  # pip install onnxruntime-extensions
         onnx_op = None
+    # endregion
 
 
 MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
@@ -82,6 +93,7 @@ MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
 # 1. The models ----------------------------------------------------------------------------------
 
 
+# region save_case
 def save_case(path, model, inputs):
     """Save the inputs and PyTorch's outputs beside the model, NAME_input_I.npy and
     NAME_output_I.npy: what the RKNN half checks the converted model against."""
@@ -101,11 +113,13 @@ def print_nodes(path):
     nodes = [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
     opsets = [f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import]
     print(f"  {path}: {' '.join(nodes)} | opsets {', '.join(opsets)}")
+# endregion
 
 
 def step1_models():
     """The models (PyTorch)"""
 
+    # region dual_residual_op
     # cst::dual_residual as a custom op in Python: no C++ to build (register_pytorch_op/ has C++).
     @torch.library.custom_op("cst::dual_residual", mutates_args=())
     def dual_residual_op(
@@ -116,7 +130,9 @@ def step1_models():
     @dual_residual_op.register_fake  # the output shapes, for torch.export (dynamo=True)
     def _(x, y, alpha):
         return torch.empty_like(x), torch.empty_like(y)
+    # endregion
 
+    # region DualResidual
     class DualResidual(torch.nn.Module):
         def __init__(self, alpha):
             super().__init__()
@@ -124,7 +140,9 @@ def step1_models():
 
         def forward(self, x, y):
             return torch.ops.cst.dual_residual(x, y, self.alpha)
+    # endregion
 
+    # region ConvThresholdConv
     class ConvThresholdConv(torch.nn.Module):
         """The custom node between two layers the NPU runs. value == threshold: no jump (step 6)."""
 
@@ -147,7 +165,9 @@ def step1_models():
 
         def forward(self, x):
             return self.deform(x, self.offset(x))
+    # endregion
 
+    # region step1
     torch.manual_seed(0)
     x, y = torch.randn(1, 3, 10, 10), torch.randn(1, 3, 10, 10)  # NCHW, as RKNN's inference takes
     threshold_model = torch.nn.Threshold(0.1, 20.0).eval()  # y = x if x > 0.1 else 20
@@ -163,6 +183,7 @@ def step1_models():
     torch.nn.init.dirac_(edge_model[0].weight)  # the identity: the convolution returns its input
     edge = torch.full((1, 3, 10, 10), 0.100004)  # > 0.1 in float32; float16 rounds it to 0.09998
     os.makedirs("failures", exist_ok=True)  # for the files that show a failure (steps 2 and 3)
+    # endregion
 
     if harness.OPTIONS.seed:  # --seed N: the block's draws (x, y, then the weights) from seed N
         torch.manual_seed(harness.OPTIONS.seed)
@@ -185,6 +206,7 @@ def step2_export_torchscript():
     """Export with dynamo=False (the TorchScript-based exporter)"""
     x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS
 
+    # region threshold_symbolic
     @parse_args("v", "f", "f")
     def threshold_symbolic(g, x, threshold, value):
         # register_onnx_symbolic/ step 1: one node, the scalars as FLOAT attributes, typed output.
@@ -220,8 +242,10 @@ def step2_export_torchscript():
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
     register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
     register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
+    # endregion
 
     with harness.quiet() as held:  # the exporter's C++ warnings, if any (shown with -v)
+        # region step2
         # opset 19: ONNX has DeformConv since 19, and RKNN-Toolkit2 2.5.0 reads up to 19.
         for path, model, inputs in [
             ("threshold.onnx", threshold_model, (x,)),
@@ -237,6 +261,7 @@ def step2_export_torchscript():
         torch.onnx.export(edge_model, (edge,), path, dynamo=False, opset_version=19)
         save_case(path, edge_model, (edge,))
         print_nodes(path)
+        # endregion
 
     # custom_opsets (deprecated) is left out: rknn_cst is imported at version 1 without it, and
     # deform_conv.onnx (no rknn_cst node) draws no "Custom opset domain ... not used" warning.
@@ -255,6 +280,7 @@ def step2_export_torchscript():
 # 3. Export with dynamo=True, the way RKNN can read it -------------------------------------------
 
 
+# region rknn_schema
 def rknn_schema(op_type, inputs, outputs, attributes):
     """A local schema of a rknn_cst op (float tensors in and out, float attributes): what
     onnxscript needs to write the node. Never registered with ONNX: nothing global changes."""
@@ -268,8 +294,10 @@ def rknn_schema(op_type, inputs, outputs, attributes):
             for name in attributes
         ],
     )
+# endregion
 
 
+# region default_domain_first
 def default_domain_first(path):
     """RKNN-Toolkit2 2.5.0 takes the first opset import for the model's: standard one first."""
     model = onnx.load(path)
@@ -277,6 +305,7 @@ def default_domain_first(path):
     del model.opset_import[:]
     model.opset_import.extend(ordered)
     onnx.save(model, path)
+# endregion
 
 
 @harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
@@ -286,6 +315,7 @@ def step3_export_dynamo():
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
 
+    # region threshold_translation
     rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
     cst_threshold = onnxscript.values.Op(
         rknn_cst, "cstThreshold", rknn_schema("cstThreshold", ["X"], ["Y"], ["threshold", "value"])
@@ -307,7 +337,9 @@ def step3_export_dynamo():
         torch.ops.aten.threshold.default: threshold_translation,
         torch.ops.cst.dual_residual.default: dual_residual_translation,
     }
+    # endregion
 
+    # region cst_threshold_kernel
     # ONNX Runtime has no kernel for the rknn_cst nodes. Python stand-ins (onnxruntime-extensions),
     # the formulas of step 5's RKNN classes, let assert_onnx_program run the exported programs.
     @onnx_op(
@@ -334,7 +366,9 @@ def step3_export_dynamo():
         options = ort.SessionOptions()
         options.register_custom_ops_library(get_library_path())
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    # endregion
 
+    # region step3
     for path, model, inputs in [
         ("threshold_dynamo.onnx", threshold_model, (x,)),
         ("dual_residual_dynamo.onnx", dual_residual_model, (x, y)),
@@ -351,11 +385,14 @@ def step3_export_dynamo():
         default_domain_first(path)
         save_case(path, model, inputs)
         print_nodes(path)
+    # endregion
 
+    # region step3-2
     # Without opset_version: torch >= 2.9 writes opset 20, which RKNN-Toolkit2 2.5.0 refuses.
     onnx_program = torch.onnx.export(
         conv_model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
     )
+    # endregion
     if harness.TORCH < (2, 9):  # the default was 18, which RKNN reads: write step 8's file at 20
         harness.differs("dynamo=True writes opset 18 by default (20 from 2.9): the trap file is 20")
         assert harness.opsets_of(onnx_program.model_proto)[""] == 18
@@ -363,6 +400,7 @@ def step3_export_dynamo():
             conv_model, (x,), dynamo=True, opset_version=20, verbose=False,
             custom_translation_table=translations,
         )
+    # region step3-3
     onnx_program.save("failures/conv_threshold_opset20.onnx")
     print_nodes("failures/conv_threshold_opset20.onnx")
     # Without default_domain_first: rknn_cst is listed first, and RKNN's build() fails (step 8).
@@ -372,6 +410,7 @@ def step3_export_dynamo():
     )
     onnx_program.save("failures/threshold_custom_domain_first.onnx")
     print_nodes("failures/threshold_custom_domain_first.onnx")
+    # endregion
 
     check_models("_dynamo")
     assert node_attributes("threshold_dynamo.onnx") == {"threshold": 0.1, "value": 20.0}
@@ -385,6 +424,7 @@ def step3_export_dynamo():
 # In the RKNN environment (rknn-toolkit2 2.5.0, torch 2.4.0): steps 4-8, a second process ====
 
 
+# region cstThreshold
 class cstThreshold:  # noqa: N801 - named as the vendor names them (RKNN matches by op_type)
     """The simulator's kernel for rknn_cst::cstThreshold: y = x if x > threshold else value."""
 
@@ -398,8 +438,10 @@ class cstThreshold:  # noqa: N801 - named as the vendor names them (RKNN matches
         threshold = get_node_attr(node, "threshold")  # the node's attributes, as exported
         value = get_node_attr(node, "value")
         return [np.where(x > threshold, x, value).astype(x.dtype)]
+# endregion
 
 
+# region cstDualResidual
 class cstDualResidual:  # noqa: N801
     """The simulator's kernel for rknn_cst::cstDualResidual: two inputs, two outputs."""
 
@@ -412,8 +454,10 @@ class cstDualResidual:  # noqa: N801
         x, y = inputs
         alpha = get_node_attr(node, "alpha")
         return [x * alpha - y, y * alpha - x]
+# endregion
 
 
+# region to_rknn
 def to_rknn(path, verbose=False):
     """The vendor's steps: config, load_onnx, build in float16, export_rknn, init_runtime."""
     rknn = RKNN(verbose=verbose)
@@ -423,8 +467,10 @@ def to_rknn(path, verbose=False):
     assert rknn.export_rknn(os.path.splitext(path)[0] + ".rknn") == 0  # what a board loads
     assert rknn.init_runtime() == 0  # no target: the simulator, on this PC
     return rknn
+# endregion
 
 
+# region check_against_pytorch
 def check_against_pytorch(rknn, path, elementwise=False):
     """Run the saved inputs; compare each output with PyTorch's within 4 float16 steps at the
     largest output, and print the cosine similarity. elementwise=True (each output element from
@@ -453,16 +499,20 @@ def check_against_pytorch(rknn, path, elementwise=False):
             print(f"  {path} output {i}: {rule}, at most {worst:.2f} of it")
             results[-1]["per_element"] = worst
     return results
+# endregion
 
 
+# region cstThresholdZeros
 class cstThresholdZeros(cstThreshold):  # noqa: N801
     def compute(self, node, inputs):  # another kernel for the same op_type, e.g. a "fixed" one
         return [np.zeros_like(inputs[0])]
+# endregion
 
 
 def step4_before_the_first_build():
     """Three errors before the first build"""
     with rknn_log():
+        # region step4
         rknn = RKNN()
         with expect_error("Please call rknn.config first!"):
             rknn.load_onnx(model="threshold.onnx")  # config() comes first
@@ -473,22 +523,26 @@ def step4_before_the_first_build():
         with expect_error("No opset import for domain 'rknn_cst'"):
             rknn.build(do_quantization=False)  # no class registered for cstThreshold
         rknn.release()
+        # endregion
 
 
 def step5_register():
     """A Python class per custom op: reg_custom_op"""
     with rknn_log():
+        # region step5
         # A registration lasts for the process and every RKNN object in it: register once.
         registry = RKNN()
         for op in (cstThreshold(), cstDualResidual()):
             assert registry.reg_custom_op(op) == 0, op.op_type
         registry.release()
+        # endregion
     print("  registered for this process: cstThreshold, cstDualResidual")
 
 
 def step6_convert_and_compare():
     """Convert, run in the simulator, compare with PyTorch"""
     with rknn_log():
+        # region step6
         results = {}
         for path in [
             "threshold.onnx", "threshold_dynamo.onnx",
@@ -502,6 +556,7 @@ def step6_convert_and_compare():
             elementwise = path.startswith(("threshold", "dual_residual"))  # element for element
             results[path] = check_against_pytorch(rknn, path, elementwise)
             rknn.release()
+        # endregion
     RESULTS["comparisons"] = results
     expected = [name for step in (2, 3) if exported_by_step(step) for name in KEPT[step]]
     assert sorted(results) == sorted(expected), f"converted {sorted(results)}, not {expected}"
@@ -510,6 +565,7 @@ def step6_convert_and_compare():
         harness.differs(f"converted the four dynamo=False models only: {step3_status()}")
 
     with rknn_log():
+        # region step6-2
         rknn = to_rknn("failures/identity_conv_threshold.onnx")
         (out,) = rknn.inference(
             inputs=[np.load("failures/identity_conv_threshold_input_0.npy")], data_format="nchw"
@@ -517,6 +573,7 @@ def step6_convert_and_compare():
         gives = f"PyTorch keeps x, RKNN gives {out.max():g}"
         print(f"  x = 0.100004 > 0.1: {gives}: float16(x) = {np.float16(0.100004)}")
         rknn.release()
+        # endregion
     expected = np.load("failures/identity_conv_threshold_output_0.npy")
     assert np.all(out == 20.0) and np.allclose(expected, 0.100004), (out.max(), expected.max())
     RESULTS["edge"] = float(out.max())
@@ -525,11 +582,15 @@ def step6_convert_and_compare():
 def step7_what_runs_where():
     """What runs where: NPU, CPU, and what a board needs"""
     with rknn_log(echo=False) as conv_log:
+        # region step7
         to_rknn("conv_threshold.onnx", verbose=True).release()
+        # endregion
     with rknn_log(echo=False) as deform_log:
+        # region step7-2
         to_rknn("deform_conv.onnx", verbose=True).release()
         for dump in glob.glob("check*_base_optimize.*"):  # verbose=True also writes these here
             os.remove(dump)
+        # endregion
 
     c_api = "it will be treated as a custom operator. Please call rknn_register_custom_ops in the"
     warning = next(line for line in conv_log[0].splitlines() if "type = cstThreshold" in line)
@@ -562,24 +623,30 @@ def step7_what_runs_where():
 def step8_traps():
     """Four traps"""
     with rknn_log() as log:
+        # region step8
         rknn = RKNN()
         assert rknn.reg_custom_op(cstThresholdZeros()) == 0  # returns 0, yet RKNN ignores it
         rknn.release()
+        # endregion
     ignored = "The op_type = 'cstThreshold' is invalid, Ignore this call!"
     assert ignored in log[0], "no warning for the second registration"
     second_line = "If you only need to overwrite the runtime implementation of the existing ONNX OP"
     assert second_line in log[0], "the warning's second line changed"
     print(f"  a second class for cstThreshold: reg_custom_op returned 0 and logged {ignored!r}")
     with rknn_log():
+        # region step8-2
         rknn = to_rknn("threshold.onnx")
         check_against_pytorch(rknn, "threshold.onnx")  # still matches: step 5's class, not zeros
         rknn.release()
+        # endregion
 
     with rknn_log() as log:
+        # region step8-3
         rknn = RKNN()
         assert rknn.load_rknn("threshold.rknn") == 0
         assert rknn.init_runtime() == -1  # no target: the simulator cannot run a loaded .rknn
         rknn.release()
+        # endregion
     refused = "RKNN model that loaded by 'load_rknn' not support inference on the simulator"
     assert refused in log[0], "init_runtime did not say why it failed"
     print(f"  load_rknn, then init_runtime() returned -1: {refused}")
@@ -592,19 +659,23 @@ def step8_traps():
         harness.differs(f"the two dynamo=True traps not run: {step3_status()}")
         return
     with rknn_log():
+        # region step8-4
         # These two blocks read step 3's files: torch >= 2.6 (test.py leaves them out on 2.4).
         rknn = RKNN()
         rknn.config(target_platform="rk3588")
         with expect_error("Unsupport onnx opset 20, need <= 19!"):
             rknn.load_onnx(model="failures/conv_threshold_opset20.onnx")
         rknn.release()
+        # endregion
 
+        # region step8-5
         rknn = RKNN()
         rknn.config(target_platform="rk3588")
         assert rknn.load_onnx(model="failures/threshold_custom_domain_first.onnx") == 0
         with expect_error("IndexError: _Map_base::at"):
             rknn.build(do_quantization=False)
         rknn.release()
+        # endregion
 
 
 # ---------------------------------------------------------------------------------------------

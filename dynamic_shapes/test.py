@@ -18,10 +18,12 @@ import sys
 import warnings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, run_ort  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import os
 import re
@@ -35,40 +37,19 @@ from onnx.defs import OpSchema
 from torch.export import Dim
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
-from torch.onnx.testing import assert_onnx_program
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
+    try:
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
 
 try:  # the custom nodes run in ONNX Runtime with Python kernels from it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
+# endregion
 
 # What the TorchScript exporter prints from C++ before a failing export raises (torch >= 2.8)
 IR_DUMP = ("Torch IR graph at exception",) if harness.TORCH >= (2, 8) else ()
@@ -80,6 +61,7 @@ NEEDS = "torch.onnx.ops and is_exporting are in 2.8; custom_translation_table ca
 # ---------------------------------------------------------------------------------------------
 
 
+# region ThresholdModel
 class ThresholdModel(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -107,31 +89,38 @@ def signature(path):
 
     inputs = ", ".join(typed(value) for value in graph.input)
     return f"{inputs} -> {', '.join(typed(value) for value in graph.output)}"
+# endregion
 
 
 def step1_fixed_size():
     """A fixed-size model fed another batch"""
+    # region step1
     os.makedirs("failures", exist_ok=True)  # the models of this step are failure demonstrations
     model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)
     bigger = torch.randn(4, 3, 16)  # another batch size
+    # endregion
 
     if harness.TORCH < (2, 6):
         harness.differs("dynamo=True is torch.onnx.dynamo_export before 2.6: not shown here")
     else:
+        # region step1-2
         program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
         program.save("failures/threshold_fixed_dynamo.onnx")
         print("  dynamo=True: ", signature("failures/threshold_fixed_dynamo.onnx"))
         with expect_error("Got invalid dimensions for input: x for the following indices"):
             run_ort("failures/threshold_fixed_dynamo.onnx", {"x": bigger.numpy()})
+        # endregion
 
         assert harness.output_dims(harness.show("failures/threshold_fixed_dynamo.onnx")) == [2, 48]
 
+    # region step1-3
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)
     torch.onnx.export(
         model, (x,), "failures/threshold_fixed.onnx", dynamo=False, opset_version=17,
         input_names=["x"], output_names=["y"], custom_opsets={"rknn_cst": 1},
     )
     print("  dynamo=False:", signature("failures/threshold_fixed.onnx"))
+    # endregion
 
     assert harness.output_dims(harness.show("failures/threshold_fixed.onnx")) == [2, 48]
 
@@ -141,13 +130,16 @@ def step1_fixed_size():
 # ---------------------------------------------------------------------------------------------
 
 
+# region threshold_frozen
 # The same node with the example's sizes written out: the mistake this step shows
 @parse_args("v", "f", "f")
 def threshold_frozen(g, x, threshold, value):
     y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
     return y.setType(x.type().with_sizes([2, 3, 16]))
+# endregion
 
 
+# region box_blur
 @torch.library.custom_op("dynshape::box_blur", mutates_args=())
 def box_blur(x: torch.Tensor, width: int) -> torch.Tensor:
     """The mean of every `width` neighbours along the last axis: length - width + 1 values."""
@@ -165,8 +157,10 @@ def box_blur_symbolic(g, x, width):
     sizes = x.type().varyingSizes()  # [None, 3, None] under dynamic_axes: None is symbolic
     length = None if sizes[-1] is None else sizes[-1] - width + 1
     return y.setType(x.type().with_sizes([*sizes[:-1], length]))
+# endregion
 
 
+# region MinMax
 class MinMax(torch.autograd.Function):
     """The min and the max over the last axis (autograd_function/'s node), for dynamo=False."""
 
@@ -184,8 +178,10 @@ class MinMax(torch.autograd.Function):
 class MinMaxModel(torch.nn.Module):
     def forward(self, x):
         return MinMax.apply(x)
+# endregion
 
 
+# region CDistModel
 class CDistModel(torch.nn.Module):
     def forward(self, x1, x2):
         # The distance from every row of x1 to every row of x2, computed one way at every size
@@ -209,13 +205,16 @@ def cdist_dynamic(g, x1, x2, p, compute_mode):
     rows = [x1.type().varyingSizes()[0], x2.type().varyingSizes()[0]]
     y.setType(x1.type().with_sizes(rows))
     return y
+# endregion
 
 
+# region ortx_options
 def ortx_options():
     """SessionOptions that load onnxruntime-extensions, where the @onnx_op kernels live."""
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     return options
+# endregion
 
 
 def step2_dynamic_axes():
@@ -224,6 +223,7 @@ def step2_dynamic_axes():
     bigger = torch.randn(4, 3, 16)
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)  # step 1's
 
+    # region step2
     axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 1: "features"}}
     torch.onnx.export(
         model, (x,), "threshold.onnx", dynamo=False, opset_version=17, input_names=["x"],
@@ -231,6 +231,7 @@ def step2_dynamic_axes():
     )
     print("  threshold.onnx:", signature("threshold.onnx"))
     print("    ops:", " ".join(node.op_type for node in onnx.load("threshold.onnx").graph.node))
+    # endregion
 
     exported = harness.show("threshold.onnx")
     assert harness.output_dims(exported) == ["batch", "features"]
@@ -238,6 +239,7 @@ def step2_dynamic_axes():
     kept = [v for v in exported.graph.value_info if v.name == node.output[0]]
     assert harness.type_text(kept[0].type) == "float32[batch,3,length]", kept  # setType kept them
 
+    # region step2-2
     register_custom_op_symbolic("aten::threshold", threshold_frozen, 17)
     torch.onnx.export(
         model, (x,), "failures/threshold_frozen.onnx", dynamo=False, opset_version=17,
@@ -250,11 +252,13 @@ def step2_dynamic_axes():
     (y,) = onnx.shape_inference.infer_shapes(frozen, strict_mode=True).graph.output
     dims = [d.dim_param or d.dim_value for d in y.type.tensor_type.shape.dim]
     print(f"    ONNX shape inference: y is {dims}")
+    # endregion
 
     assert [n.op_type for n in frozen.graph.node] == ["cstThreshold", "Constant", "Reshape"]
     assert dims == [2, 48], dims
     harness.show("failures/threshold_frozen.onnx")
 
+    # region step2-3
     if onnx_op is not None:  # Python kernels for the custom nodes, standing in for your runtime's
 
         @onnx_op(
@@ -284,18 +288,22 @@ def step2_dynamic_axes():
         )
         def min_max_kernel(x, axis):
             return x.min(axis=int(axis)), x.max(axis=int(axis))
+    # endregion
 
     ort.set_default_logger_severity(2)  # its warnings, which harness holds back: checked here
     with harness.quiet(*([FROZEN_WARNING] if onnx_op is not None else [])):
+        # region step2-4
         if onnx_op is not None:  # batch 4 through the frozen file
             (y,) = run_ort("failures/threshold_frozen.onnx", {"x": bigger.numpy()}, ortx_options())
             expected = model(bigger)
             print(f"  batch 4: ONNX Runtime gives {list(y.shape)}, PyTorch {list(expected.shape)}")
+        # endregion
     ort.set_default_logger_severity(4)
     if onnx_op is not None:
         print("    ONNX Runtime only logged: Expected shape from model of {2,48} does not ...")
         assert list(y.shape) == [2, 96], y.shape
 
+    # region step2-5
     axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 2: "blurred"}}
     register_custom_op_symbolic("dynshape::box_blur", box_blur_symbolic, 17)
     torch.onnx.export(
@@ -309,11 +317,13 @@ def step2_dynamic_axes():
     )
     for path in ["box_blur.onnx", "min_max.onnx"]:
         print(f"  {path}:", signature(path))
+    # endregion
 
     assert harness.output_dims(harness.show("box_blur.onnx")) == ["batch", 3, "blurred"]
     assert harness.output_dims(harness.show("min_max.onnx")) == ["batch", 3]
 
     with harness.quiet(*IR_DUMP):  # the exporter dumps the TorchScript graph before it raises
+        # region step2-6
         x1, x2 = torch.randn(5, 3), torch.randn(7, 3)
         axes = {"x1": {0: "rows1"}, "x2": {0: "rows2"}, "distances": {0: "rows1", 1: "rows2"}}
         register_custom_op_symbolic("aten::cdist", cdist_contrib, 17)
@@ -328,6 +338,7 @@ def step2_dynamic_axes():
             input_names=["x1", "x2"], output_names=["distances"], dynamic_axes=axes,
         )
         print("  cdist.onnx:", signature("cdist.onnx"))
+        # endregion
 
     assert harness.output_dims(harness.show("cdist.onnx")) == ["rows1", "rows2"]
     assert not os.path.exists("failures/cdist.onnx")
@@ -339,6 +350,7 @@ def step2_dynamic_axes():
 # 3. dynamo=True: dynamic_shapes, and a fake kernel that derives the sizes
 # ---------------------------------------------------------------------------------------------
 
+# region threshold_translation
 programs = {}  # file name -> ONNXProgram: step 4 runs each again at other sizes
 
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
@@ -365,8 +377,10 @@ def threshold_translation(x, threshold: float, value: float):
 def ortx_session(model):
     """An ONNX Runtime session with onnxruntime-extensions' kernels, for a program."""
     return ort.InferenceSession(model, ortx_options(), providers=["CPUExecutionProvider"])
+# endregion
 
 
+# region _
 @box_blur.register_fake
 def _(x, width):
     # The output's sizes, from the input's: symbolic sizes give symbolic ones
@@ -388,8 +402,10 @@ box_blur_op = onnxscript.values.Op(dynshape, "BoxBlur", box_blur_schema)
 
 def box_blur_translation(x, width: int):
     return box_blur_op(x, width=width)
+# endregion
 
 
+# region box_blur_fixed
 @torch.library.custom_op("dynshape::box_blur_fixed", mutates_args=())
 def box_blur_fixed(x: torch.Tensor, width: int) -> torch.Tensor:
     return x.unfold(-1, width, 1).mean(-1)
@@ -403,8 +419,10 @@ def _(x, width):
 class SharpenModel(torch.nn.Module):
     def forward(self, x):
         return 2 * x[..., 1:-1] - box_blur_fixed(x, 3)  # x minus its blur, plus x
+# endregion
 
 
+# region positive
 @torch.library.custom_op("dynshape::positive", mutates_args=())
 def positive(x: torch.Tensor) -> torch.Tensor:
     """The values of x above 0, in order, as one row: how many depends on the values."""
@@ -428,8 +446,10 @@ op = onnxscript.opset18  # ONNX's standard ops
 def positive_translation(x):
     flat = op.Reshape(x, op.Constant(value_ints=[-1]))
     return op.Compress(flat, op.Greater(flat, op.CastLike(op.Constant(value_float=0.0), flat)))
+# endregion
 
 
+# region MinMaxNode
 class MinMaxNode(MinMax):
     """MinMax that writes its node under torch.export (dynamo=True) too."""
 
@@ -447,13 +467,17 @@ class MinMaxNode(MinMax):
 class MinMaxNodeModel(torch.nn.Module):
     def forward(self, x):
         return MinMaxNode.apply(x)
+# endregion
 
 
+# region PlainCDistModel
 class PlainCDistModel(torch.nn.Module):
     def forward(self, x1, x2):
         return torch.cdist(x1, x2)  # register_onnx_symbolic's: the default compute_mode
+# endregion
 
 
+# region CholeskyModel
 class CholeskyModel(torch.nn.Module):
     def forward(self, a):
         return torch.linalg.cholesky(a)  # a: a batch of symmetric positive-definite matrices
@@ -476,8 +500,10 @@ def cholesky_translation(self, upper: bool = False):
         rank = len(self.shape)
         return op.Transpose(lower, perm=[*range(rank - 2), rank - 1, rank - 2])
     return lower
+# endregion
 
 
+# region cdist_translation
 msft = onnxscript.values.Opset("com.microsoft", 1)
 cdist_schema = OpSchema(  # ONNX Runtime's CDist (ContribOperators.md), a local schema
     "CDist",
@@ -493,6 +519,7 @@ cdist_op = onnxscript.values.Op(msft, "CDist", cdist_schema)
 
 def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
     return cdist_op(x1, x2, metric="euclidean")  # no sizes: the exporter types the node
+# endregion
 
 
 @harness.needs_torch("2.8", NEEDS)
@@ -507,6 +534,7 @@ def step3_dynamic_shapes():
 def dims_and_names():
     model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)  # step 1's
 
+    # region step3
     table = {torch.ops.aten.threshold.default: threshold_translation}
     names = {"x": {0: "batch", 2: "length"}}  # a string: Dim.DYNAMIC, the dim's name in the file
     program = torch.onnx.export(
@@ -516,6 +544,7 @@ def dims_and_names():
     program.save("threshold_dynamo.onnx")
     programs["threshold_dynamo.onnx"] = program
     print("  threshold_dynamo.onnx:", signature("threshold_dynamo.onnx"))
+    # endregion
 
     exported = harness.show("threshold_dynamo.onnx")
     assert harness.output_dims(exported) == ["batch", "3*length"], harness.output_dims(exported)
@@ -523,6 +552,7 @@ def dims_and_names():
     assert not onnx.defs.has("cstThreshold", "rknn_cst")
     dynamic_axes_under_dynamo(model, x, table)
 
+    # region step3-2
     batch, length = Dim("batch"), Dim("length")
     dynamic_shapes = {"x": {0: batch, 2: length}}  # keyed by forward's parameter names
     ep = torch.export.export(model, (x,), dynamic_shapes=dynamic_shapes, strict=False)
@@ -538,10 +568,12 @@ def dims_and_names():
         dynamic_shapes=dynamic_shapes,
     )
     print("  with names:", [str(value.shape) for value in named.model.graph.inputs])
+    # endregion
 
     assert str(unnamed.model.graph.inputs[0].shape[0]).startswith("s"), unnamed.model.graph.inputs
     assert [str(d) for d in named.model.graph.inputs[0].shape] == ["batch", "3", "length"]
 
+    # region step3-3
     # Dim.AUTO: torch.export decides which dims are dynamic; strings name them in the file
     auto = {"x": {0: Dim.AUTO, 2: Dim.AUTO}}
     ep_auto = torch.export.export(model, (x,), dynamic_shapes=auto, strict=False)
@@ -550,6 +582,7 @@ def dims_and_names():
     )
     inputs = [str(value.shape) for value in program.model.graph.inputs]
     print("  Dim.AUTO, named by strings:", inputs)
+    # endregion
 
     assert [str(d) for d in program.model.graph.inputs[0].shape] == ["batch", "3", "length"]
 
@@ -576,16 +609,21 @@ def dynamic_axes_under_dynamo(model, x, table):
 
 def fake_kernels():
     x = torch.randn(2, 3, 16)  # step 1's size
+    # region step3-4
     for sample in [x, torch.randn(5, 3, 40)]:  # two sizes: a fixed size fails the second
         torch.library.opcheck(box_blur, (sample, 3))
     print("  torch.library.opcheck(box_blur, ...): passed at two sizes")
+    # endregion
 
+    # region step3-5
     batch, length = Dim("batch"), Dim("length")
     with expect_error("satisfy the generated guard ((-2) + L['x'].size()[2]) != 1"):
         torch.export.export(
             BoxBlurModel(), (x,), dynamic_shapes={"x": {0: batch, 2: length}}, strict=False
         )
+    # endregion
 
+    # region step3-6
     length = Dim("length", min=4)  # length - 2 blurred values: at least 2
     dynamic_shapes = {"x": {0: batch, 2: length}}
     ep = torch.export.export(BoxBlurModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
@@ -597,28 +635,34 @@ def fake_kernels():
     program.save("box_blur_dynamo.onnx")
     programs["box_blur_dynamo.onnx"] = program
     print("  box_blur_dynamo.onnx:", signature("box_blur_dynamo.onnx"))
+    # endregion
 
     exported = harness.show("box_blur_dynamo.onnx")
     assert harness.output_dims(exported) == ["batch", 3, "length - 2"], exported.graph.output
 
+    # region step3-7
     torch.library.opcheck(box_blur_fixed, (x, 3))  # the example's size: passes
     with expect_error("Shapes torch.Size([5, 3, 38]) and torch.Size([2, 3, 14]) are not equal"):
         torch.library.opcheck(box_blur_fixed, (torch.randn(5, 3, 40), 3))
     with expect_error("You marked batch as dynamic but your code specialized it"):
         torch.export.export(SharpenModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
+    # endregion
 
     names = {"x": {0: "batch", 2: "length"}}  # step 3's strings
     if harness.TORCH < (2, 9):
         sharpen_in_one_call_falls_back(x, names)
         return
+    # region step3-8
     with expect_error("but tracing inferred a static shape of 2"):  # the same model, in one call
         torch.onnx.export(
             SharpenModel().eval(), (x,), dynamo=True, verbose=False, dynamic_shapes=names
         )
+    # endregion
 
 
 def data_dependent_size():
     x = torch.randn(2, 3, 16)  # step 1's size
+    # region step3-9
     torch.library.opcheck(positive, (x,))
     print("  torch.library.opcheck(positive, ...): passed")
     dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length")}}
@@ -631,6 +675,7 @@ def data_dependent_size():
     program.save("positive_dynamo.onnx")
     programs["positive_dynamo.onnx"] = program
     print("  positive_dynamo.onnx:", signature("positive_dynamo.onnx"))
+    # endregion
 
     (count,) = harness.output_dims(harness.show("positive_dynamo.onnx"))
     assert count.startswith("u"), count  # an unbacked symbol: no input dim gives it
@@ -638,6 +683,7 @@ def data_dependent_size():
 
 def function_node_and_baked_sizes():
     x = torch.randn(2, 3, 16)  # step 1's size
+    # region step3-10
     dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length")}}
     ep = torch.export.export(MinMaxNodeModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
     program = torch.onnx.export(
@@ -645,11 +691,13 @@ def function_node_and_baked_sizes():
     )
     program.save("min_max_dynamo.onnx")
     print("  min_max_dynamo.onnx:", signature("min_max_dynamo.onnx"))
+    # endregion
 
     harness.show("min_max_dynamo.onnx")
     assert harness.op_types("min_max_dynamo.onnx") == ["tutorial.MinMax"]
     assert harness.output_dims(onnx.load("min_max_dynamo.onnx")) == ["batch", 3]
 
+    # region step3-11
     m = torch.randn(2, 4, 4)
     a = m @ m.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
     table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
@@ -658,7 +706,9 @@ def function_node_and_baked_sizes():
     ep = torch.export.export(CholeskyModel(), (a,), dynamic_shapes=dynamic_shapes, strict=False)
     with expect_error("'SymbolicDim' object cannot be interpreted as an integer"):
         torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
+    # endregion
 
+    # region step3-12
     dynamic_shapes = {"a": {0: Dim("batch")}}  # the matrix size stays 4: the loop needs it
     ep = torch.export.export(CholeskyModel(), (a,), dynamic_shapes=dynamic_shapes, strict=False)
     program = torch.onnx.export(
@@ -668,16 +718,20 @@ def function_node_and_baked_sizes():
     program.save("cholesky_dynamo.onnx")
     programs["cholesky_dynamo.onnx"] = program
     print("  cholesky_dynamo.onnx:", signature("cholesky_dynamo.onnx"))
+    # endregion
 
     assert harness.output_dims(harness.show("cholesky_dynamo.onnx")) == ["batch", 4, 4]
 
     x1, x2 = torch.randn(5, 3), torch.randn(7, 3)  # step 2's
+    # region step3-13
     dynamic_shapes = {"x1": {0: Dim("rows1")}, "x2": {0: Dim("rows2")}}
     with expect_error("generated guard 2 <= L['x1'].size()[0] and L['x1'].size()[0] <= 25"):
         torch.export.export(
             PlainCDistModel(), (x1, x2), dynamic_shapes=dynamic_shapes, strict=False
         )
+    # endregion
 
+    # region step3-14
     ep = torch.export.export(CDistModel(), (x1, x2), dynamic_shapes=dynamic_shapes, strict=False)
     table = {torch.ops.aten.cdist.default: cdist_translation}
     program = torch.onnx.export(
@@ -687,6 +741,7 @@ def function_node_and_baked_sizes():
     program.save("cdist_dynamo.onnx")
     programs["cdist_dynamo.onnx"] = program
     print("  cdist_dynamo.onnx:", signature("cdist_dynamo.onnx"))
+    # endregion
 
     assert harness.output_dims(harness.show("cdist_dynamo.onnx")) == ["rows1", "rows2"]
 
@@ -695,6 +750,7 @@ def function_node_and_baked_sizes():
 # 4. Every model at three batch sizes and two lengths
 # ---------------------------------------------------------------------------------------------
 
+# region inputs_for
 SIZES = [(batch, length) for batch in (1, 2, 5) for length in (16, 40)]
 
 
@@ -713,10 +769,12 @@ def cdist_tolerance(x1, x2):
     k = x1.shape[-1]
     largest = float((x1**2).sum(-1).max() + (x2**2).sum(-1).max())
     return float(np.sqrt(2 * (k + 2) * 2.0**-24 * largest))
+# endregion
 
 
 def step4_every_size():
     """Every model at three batch sizes and two lengths"""
+    # region step4
     for path, model in [
         ("threshold.onnx", ThresholdModel().eval()),
         ("box_blur.onnx", BoxBlurModel()),
@@ -738,6 +796,7 @@ def step4_every_size():
             for ours, torchs in zip(actual, expected, strict=True):
                 np.testing.assert_allclose(ours, torchs.numpy(), rtol=0, atol=atol, err_msg=path)
         print(f"    matches PyTorch at (batch, length) {SIZES}")
+    # endregion
 
     if harness.TORCH < (2, 8):
         harness.differs("only the dynamo=False files: step 3 needs torch 2.8")
@@ -748,6 +807,7 @@ def step4_every_size():
 
 
 def every_size_dynamo():
+    # region step4-2
     for path, program in programs.items():
         print(f"  {path}:", signature(path))
         if path in ("threshold_dynamo.onnx", "box_blur_dynamo.onnx"):  # custom nodes
@@ -761,7 +821,9 @@ def every_size_dynamo():
                 atol = cdist_tolerance(*args)
             assert_onnx_program(program, args=args, rtol=rtol, atol=atol, strategy=None)
         print(f"    matches PyTorch at (batch, length) {SIZES}")
+    # endregion
 
+    # region step4-3
     model, path = MinMaxNodeModel(), "min_max_dynamo.onnx"
     print(f"  {path}:", signature(path))
     if onnx_op is not None:
@@ -771,6 +833,7 @@ def every_size_dynamo():
             for ours, torchs in zip(actual, model(x), strict=True):  # low, then high
                 np.testing.assert_array_equal(ours, torchs.numpy(), err_msg=path)
         print(f"    matches PyTorch at (batch, length) {SIZES}")
+    # endregion
 
     assert set(programs) == set(KEPT[3]) - {"min_max_dynamo.onnx"}, programs
 
@@ -782,10 +845,12 @@ def every_size_dynamo():
 
 def step5_rknn():
     """What RKNN needs instead"""
+    # region step5
     # RKNN builds a model for a list of input shapes, not symbolic dims (rknn.config's
     # dynamic_input, experimental): one list of every input's shape per set.
     dynamic_input = [[[batch, 3, length]] for batch, length in SIZES]
     print("  rknn.config(dynamic_input=...) for threshold.onnx:", dynamic_input[:2], "...")
+    # endregion
 
     assert len(dynamic_input) == 6 and dynamic_input[0] == [[1, 3, 16]]
 

@@ -18,10 +18,12 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import io
 import os
@@ -37,56 +39,26 @@ import torch.nn.functional as F
 from onnxscript import opset18 as op
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
-from torch.onnx.testing import assert_onnx_program
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
+    try:
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
 
 try:  # only step 5 needs it: Python kernels for ONNX Runtime
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+# endregion
 
 # ---------------------------------------------------------------------------------------------
 # 1. The plain export fails under each exporter
 # ---------------------------------------------------------------------------------------------
 
 
+# region blur1d
 # typing.Sequence[float], not list[float]: custom_op takes the built-in list from torch 2.7 on.
 @torch.library.custom_op("demo::blur1d", mutates_args=())
 def blur1d(
@@ -100,20 +72,25 @@ def blur1d(
     padded = F.pad(rows, (total // 2, total - total // 2), mode=mode)
     kernel = torch.tensor(weights, dtype=x.dtype).reshape(1, 1, -1)
     return F.conv1d(padded, kernel, dilation=dilation).reshape(x.shape)
+# endregion
 
 
+# region Blur
 WEIGHTS, DILATION, PADDING = [0.25, 0.5, 0.25], 2, "reflect"
 
 
 class Blur(torch.nn.Module):
     def forward(self, x):
         return blur1d(x, WEIGHTS, DILATION, PADDING)
+# endregion
 
 
 def step1_plain_export():
     """The plain export fails under each exporter"""
+    # region step1
     model = Blur().eval()
     x = torch.randn(2, 3, 16)
+    # endregion
 
     if harness.TORCH < (2, 6):
         harness.differs(
@@ -130,14 +107,18 @@ def step1_plain_export():
     else:
         logged = "always_classified is unsupported."
         with harness.quiet(logged) as held:  # torch.export's log, explained in the README
+            # region step1-2
             with expect_error("There was no fake impl registered for <CustomOpDef(demo::blur1d)>"):
                 torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+            # endregion
         assert held[0].count(logged) == 2, held[0]
         print(f"  logged twice before the error: {logged}")
 
     with harness.quiet():  # the exporter's 'Torch IR graph at exception' dump
+        # region step1-3
         with expect_error("ONNX export failed on an operator with unrecognized namespace"):
             torch.onnx.export(model, (x,), "failures/blur1d_plain.onnx", dynamo=False)
+        # endregion
     assert not os.path.exists("failures/blur1d_plain.onnx")
 
 
@@ -145,6 +126,7 @@ def step1_plain_export():
 # 2. dynamo=True: a fake kernel, and a translation to one custom node
 # ---------------------------------------------------------------------------------------------
 
+# region blur1d_translation
 # The node's contract: its input, output and typed attributes. Local: not registered with ONNX.
 BLUR1D_SCHEMA = onnx.defs.OpSchema(
     "Blur1d",
@@ -166,8 +148,10 @@ Blur1d = onnxscript.values.Op(onnxscript.values.Opset("demo", 1), "Blur1d", BLUR
 def blur1d_translation(x, weights, dilation, padding):
     # The schema types each attribute: FLOATS, INT, STRING
     return Blur1d(x, weights=weights, dilation=dilation, padding=padding)
+# endregion
 
 
+# region print_node
 def print_node(model):
     """The model's demo node: its op, and each attribute's ONNX type and value."""
     (node,) = [node for node in model.graph.node if node.domain == "demo"]
@@ -178,6 +162,7 @@ def print_node(model):
         value = value.decode() if isinstance(value, bytes) else value
         attributes.append(f"{attribute.name} {kind} {value!r}")
     print(f"  {node.domain}.{node.op_type}: {', '.join(attributes)}")
+# endregion
 
 
 @harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
@@ -186,18 +171,23 @@ def step2_dynamo_custom_node():
     model = Blur().eval()
     x = torch.randn(2, 3, 16)
 
+    # region _
     @blur1d.register_fake
     def _(x, weights, dilation, padding):
         return torch.empty_like(x)  # the output's shape and dtype, from the input's
 
     checks = torch.library.opcheck(blur1d, (x, WEIGHTS, DILATION, PADDING))
     print("  opcheck:", checks)
+    # endregion
 
     # Past torch.export (step 1/3) now; the converter (step 3/3) has no ONNX function for the op
     with harness.quiet():  # the exporter's log of the error, if any
+        # region step2
         with expect_error("No ONNX function found for <OpOverload(op='demo.blur1d'"):
             torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+        # endregion
 
+    # region step2-2
     onnx_program = torch.onnx.export(
         model,
         (x,),
@@ -208,6 +198,7 @@ def step2_dynamo_custom_node():
     onnx_program.save("blur1d_dynamo.onnx")
     print_node(onnx.load("blur1d_dynamo.onnx"))
     print("  registered with ONNX:", onnx.defs.has("Blur1d", "demo"))
+    # endregion
 
     assert set(checks.values()) == {"SUCCESS"}, checks
     written = harness.show("blur1d_dynamo.onnx")
@@ -221,11 +212,13 @@ def step2_dynamo_custom_node():
 # ---------------------------------------------------------------------------------------------
 
 
+# region blur1d_symbolic
 @parse_args("v", "fs", "i", "s")
 def blur1d_symbolic(g, x, weights, dilation, padding):
     # The suffix types each attribute: _f FLOAT, or FLOATS when given a list; _i INT; _s STRING
     y = g.op("demo::Blur1d", x, weights_f=weights, dilation_i=dilation, padding_s=padding)
     return y.setType(x.type())
+# endregion
 
 
 def step3_torchscript_custom_node():
@@ -233,6 +226,7 @@ def step3_torchscript_custom_node():
     model = Blur().eval()
     x = torch.randn(2, 3, 16)
 
+    # region step3
     register_custom_op_symbolic("demo::blur1d", blur1d_symbolic, 1)
     torch.onnx.export(
         model,
@@ -245,6 +239,7 @@ def step3_torchscript_custom_node():
         custom_opsets={"demo": 1},
     )
     print_node(onnx.load("blur1d_torchscript.onnx"))
+    # endregion
 
     harness.show("blur1d_torchscript.onnx")
     assert harness.op_types("blur1d_torchscript.onnx") == ["demo.Blur1d"]
@@ -255,6 +250,7 @@ def step3_torchscript_custom_node():
 # 4. Standard ONNX ops instead, for a runtime without a kernel
 # ---------------------------------------------------------------------------------------------
 
+# region blur1d_standard
 PAD_MODES = {"zeros": "constant", "replicate": "edge", "reflect": "reflect"}  # ONNX's names
 
 
@@ -268,8 +264,10 @@ def blur1d_standard(x, weights, dilation, padding):
     kernel = op.Reshape(op.Constant(value_floats=weights), op.Constant(value_ints=[1, 1, -1]))
     y = op.Conv(padded, kernel, dilations=[dilation])  # the int becomes Conv's dilation
     return op.Reshape(y, op.Shape(x))
+# endregion
 
 
+# region blur1d_standard_symbolic
 @parse_args("v", "fs", "i", "s")
 def blur1d_standard_symbolic(g, x, weights, dilation, padding):
     def constant(values, dtype):
@@ -283,6 +281,7 @@ def blur1d_standard_symbolic(g, x, weights, dilation, padding):
     kernel = constant([[weights]], torch.float32)
     y = g.op("Conv", padded, kernel, dilations_i=[dilation])
     return g.op("Reshape", y, g.op("Shape", x))
+# endregion
 
 
 def step4_standard_ops():
@@ -295,6 +294,7 @@ def step4_standard_ops():
     else:
         standard_dynamo(model, x)
 
+    # region step4-2
     register_custom_op_symbolic("demo::blur1d", blur1d_standard_symbolic, 1)
     torch.onnx.export(
         model,
@@ -307,6 +307,7 @@ def step4_standard_ops():
     )
     (actual,) = run_ort("blur1d_standard_torchscript.onnx", {"x": x.numpy()})
     compare("blur1d_standard_torchscript.onnx", actual, model(x), rtol=1e-5, atol=1e-6)
+    # endregion
 
     harness.show("blur1d_standard_torchscript.onnx")
     assert {"Pad", "Conv"} <= set(harness.op_types("blur1d_standard_torchscript.onnx"))
@@ -314,6 +315,7 @@ def step4_standard_ops():
 
 def standard_dynamo(model, x):
     # Needs torch >= 2.6 (custom_translation_table); relies on step 2's fake kernel.
+    # region step4
     table = {torch.ops.demo.blur1d.default: blur1d_standard}
     onnx_program = torch.onnx.export(
         model, (x,), dynamo=True, verbose=False, custom_translation_table=table
@@ -321,6 +323,7 @@ def standard_dynamo(model, x):
     assert_onnx_program(onnx_program, rtol=1e-5, atol=1e-6)  # ONNX Runtime vs PyTorch
     onnx_program.save("blur1d_standard_dynamo.onnx")
     print("  ops:", " ".join(node.op_type for node in onnx_program.model_proto.graph.node))
+    # endregion
 
     harness.show("blur1d_standard_dynamo.onnx")
     ops = harness.op_types("blur1d_standard_dynamo.onnx")
@@ -332,6 +335,7 @@ def standard_dynamo(model, x):
 # ---------------------------------------------------------------------------------------------
 
 
+# region blur1d_numpy
 def blur1d_numpy(x, weights, dilation, padding):
     """The op in NumPy, for the Python kernels: the same taps and ends as the PyTorch op."""
     total = (len(weights) - 1) * dilation
@@ -340,8 +344,10 @@ def blur1d_numpy(x, weights, dilation, padding):
     n = x.shape[-1]
     taps = [w * padded[..., k * dilation : k * dilation + n] for k, w in enumerate(weights)]
     return np.sum(taps, axis=0, dtype=np.float32)
+# endregion
 
 
+# region lists_as_inputs
 def lists_as_inputs(model):
     """A test copy of MODEL for a Python kernel: each demo node moves to onnxruntime-extensions'
     own domain, ai.onnx.contrib, and passes each list attribute as a constant input instead."""
@@ -357,8 +363,10 @@ def lists_as_inputs(model):
         node.domain = "ai.onnx.contrib"
     copy.opset_import.append(onnx.helper.make_opsetid("ai.onnx.contrib", 1))
     return copy
+# endregion
 
 
+# region python_kernel_session
 def python_kernel_session(model):
     """For initialize_inference_session: model bytes -> a session with the Python kernel."""
     test_copy = lists_as_inputs(onnx.load_model_from_string(model))
@@ -367,6 +375,7 @@ def python_kernel_session(model):
     return ort.InferenceSession(
         test_copy.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
+# endregion
 
 
 def step5_python_kernel():
@@ -376,6 +385,7 @@ def step5_python_kernel():
     model = Blur().eval()
     x = torch.randn(2, 3, 16)
 
+    # region blur1d_kernel_as_declared
     @onnx_op(
         op_type="demo::Blur1d",
         inputs=[PyCustomOpDef.dt_float],
@@ -388,12 +398,16 @@ def step5_python_kernel():
     )
     def blur1d_kernel_as_declared(x, weights, dilation, padding):
         return blur1d_numpy(x, weights, dilation, padding)
+    # endregion
 
+    # region step5
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     with expect_error("Unable to find attribute 'weights' due to 'Attribute name and type don't"):
         ort.InferenceSession("blur1d_torchscript.onnx", options, providers=["CPUExecutionProvider"])
+    # endregion
 
+    # region blur1d_kernel
     @onnx_op(
         op_type="Blur1d",  # in onnxruntime-extensions' domain, where lists_as_inputs moves it
         inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],  # x, and weights as a tensor
@@ -403,12 +417,15 @@ def step5_python_kernel():
     def blur1d_kernel(x, weights, dilation, padding):
         print("  blur1d_kernel received:", weights.dtype, weights.tolist(), dilation, repr(padding))
         return blur1d_numpy(x, weights.tolist(), dilation, padding)
+    # endregion
 
+    # region step5-2
     test_copy = lists_as_inputs(onnx.load("blur1d_torchscript.onnx"))
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     (actual,) = run_ort(test_copy.SerializeToString(), {"x": x.numpy()}, options)
     compare("blur1d_torchscript.onnx", actual, model(x), rtol=1e-5, atol=1e-6)
+    # endregion
 
     if harness.TORCH < (2, 6):
         harness.differs("the dynamo=True half needs custom_translation_table (torch 2.6)")
@@ -420,6 +437,7 @@ def step5_python_kernel():
 
 def python_kernel_dynamo(model, x):
     # Needs torch >= 2.6 (custom_translation_table); relies on step 2's fake kernel.
+    # region step5-3
     onnx_program = torch.onnx.export(
         model,
         (x,),
@@ -430,6 +448,7 @@ def python_kernel_dynamo(model, x):
     onnx_program.initialize_inference_session(python_kernel_session)
     assert_onnx_program(onnx_program, rtol=1e-5, atol=1e-6)  # ONNX Runtime vs PyTorch
     print("  the dynamo=True program matches PyTorch in ONNX Runtime, with the Python kernel")
+    # endregion
 
     # The file step 2 wrote runs the same way.
     session = python_kernel_session(pathlib.Path("blur1d_dynamo.onnx").read_bytes())
@@ -442,6 +461,7 @@ def python_kernel_dynamo(model, x):
 # ---------------------------------------------------------------------------------------------
 
 
+# region blur1d_into
 @torch.library.custom_op("demo::blur1d_into", mutates_args=("out",))
 def blur1d_into(
     x: torch.Tensor,
@@ -463,12 +483,14 @@ class BlurInto(torch.nn.Module):
         out = torch.empty_like(x)
         blur1d_into(x, WEIGHTS, DILATION, PADDING, out)
         return out
+# endregion
 
 
 def step6_writing_op():
     """An op that writes into its input"""
     x = torch.randn(2, 3, 16)
 
+    # region step6
     out = torch.empty_like(x)
     checks = torch.library.opcheck(blur1d_into, (x, WEIGHTS, DILATION, PADDING, out))
     print("  opcheck:", checks)
@@ -477,6 +499,7 @@ def step6_writing_op():
         if node.op == "call_function":
             arguments = [str(a) for a in node.args] + [f"{k}={v}" for k, v in node.kwargs.items()]
             print(f"    {node.name} = {node.target.__name__}({', '.join(arguments)})")
+    # endregion
 
     assert set(checks.values()) == {"SUCCESS"}, checks
     if harness.TORCH < (2, 6):
@@ -490,6 +513,7 @@ def step6_writing_op():
     else:
         writing_op_dynamo(x)
 
+    # region step6-4
     os.makedirs("failures", exist_ok=True)
     torch.onnx.export(
         BlurInto().eval(),
@@ -502,6 +526,7 @@ def step6_writing_op():
     written = onnx.load("failures/blur1d_into_torchscript.onnx")
     inputs = [value.name for value in written.graph.input]
     print(f"  inputs {inputs}, nodes {[node.op_type for node in written.graph.node]}")
+    # endregion
 
     assert inputs == [], inputs
     assert harness.op_types("failures/blur1d_into_torchscript.onnx") == ["Constant"]
@@ -510,12 +535,14 @@ def step6_writing_op():
     assert value.shape == (2, 3, 16) and not value.any(), value
     model = BlurReturning().eval()
 
+    # region step6-5
     register_custom_op_symbolic("demo::blur1d_returning", blur1d_symbolic, 1)
     buffer = io.BytesIO()  # no file: the node is step 3's
     torch.onnx.export(
         model, (x,), buffer, dynamo=False, opset_version=18, custom_opsets={"demo": 1}
     )
     print_node(onnx.load_model_from_string(buffer.getvalue()))
+    # endregion
 
     check_node(onnx.load_model_from_string(buffer.getvalue()))
 
@@ -523,9 +550,12 @@ def step6_writing_op():
 def writing_op_dynamo(x):
     # Needs torch >= 2.6: before, dynamo=True is torch.onnx.dynamo_export.
     with harness.quiet():  # the exporter's progress and its log of the error
+        # region step6-2
         with expect_error("Error when translating node %auto_functionalized"):
             torch.onnx.export(BlurInto().eval(), (x,), dynamo=True, verbose=False)
+        # endregion
 
+    # region step6-3
     model = BlurReturning().eval()
     torch.library.opcheck(blur1d_returning, (x, WEIGHTS, DILATION, PADDING))  # raises if wrong
     table = {torch.ops.demo.blur1d_returning.default: blur1d_translation}
@@ -533,10 +563,12 @@ def writing_op_dynamo(x):
         model, (x,), dynamo=True, verbose=False, custom_translation_table=table
     )
     print_node(onnx_program.model_proto)  # no file: the node is step 2's
+    # endregion
 
     check_node(onnx_program.model_proto)
 
 
+# region blur1d_returning
 # The fix: an op that returns its result. The writing op can stay, inside it.
 @torch.library.custom_op("demo::blur1d_returning", mutates_args=())
 def blur1d_returning(
@@ -555,6 +587,7 @@ def _(x, weights, dilation, padding):
 class BlurReturning(torch.nn.Module):
     def forward(self, x):
         return blur1d_returning(x, WEIGHTS, DILATION, PADDING)
+# endregion
 
 
 # ---------------------------------------------------------------------------------------------

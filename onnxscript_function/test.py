@@ -13,10 +13,12 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import os
 import re
@@ -31,50 +33,20 @@ from onnxscript import FLOAT
 from onnxscript.onnx_opset import opset14, opset15, opset18
 from torch.onnx import register_custom_op_symbolic, unregister_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
-from torch.onnx.testing import assert_onnx_program
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
     try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
+# endregion
 
 # ---------------------------------------------------------------------------------------------
 # 1. Selu as an onnxscript function
 # ---------------------------------------------------------------------------------------------
 
+# region Selu
 custom_onnx_script = onnxscript.values.Opset(domain="custom-onnx-script", version=1)
 
 
@@ -93,13 +65,17 @@ def Selu(X):
 def selu_symbolic(g, x):
     # One call node in the graph; the exporter adds Selu's FunctionProto to the model.
     return g.onnxscript_op(Selu, x).setType(x.type())
+# endregion
 
 
 def step1_selu_function():
     """Selu as an onnxscript function"""
+    # region step1
     model = torch.nn.SELU().eval()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
+    # endregion
 
+    # region step1-2
     register_custom_op_symbolic("aten::selu", selu_symbolic, 15)
     torch.onnx.export(
         model,
@@ -110,8 +86,10 @@ def step1_selu_function():
         output_names=["y"],
         custom_opsets={"custom-onnx-script": 1},
     )
+    # endregion
     harness.show("selu_function.onnx")
 
+    # region step1-3
     selu_model = onnx.load("selu_function.onnx")
     (call,) = selu_model.graph.node
     (function,) = selu_model.functions
@@ -119,17 +97,20 @@ def step1_selu_function():
     print("   ", " ".join(node.op_type for node in function.node))
     (actual,) = run_ort("selu_function.onnx", {"input": x.numpy()})
     compare("selu_function.onnx", actual, model(x), rtol=1e-6, atol=1e-6)
+    # endregion
 
     assert (call.domain, call.op_type) == ("custom-onnx-script", "Selu")
     assert (function.domain, function.name) == ("custom-onnx-script", "Selu")
     assert harness.opsets_of(function) == {"": 15}  # the model's opset
 
+    # region step1-4
     # For a runtime without model-local functions: the same model, each call replaced by its body
     inlined = onnx.inliner.inline_local_functions(onnx.load("selu_function.onnx"))
     onnx.save(inlined, "selu_function_inlined.onnx")
     print("  inlined:", " ".join(node.op_type for node in inlined.graph.node))
     (actual,) = run_ort("selu_function_inlined.onnx", {"input": x.numpy()})
     compare("selu_function_inlined.onnx", actual, model(x), rtol=1e-6, atol=1e-6)
+    # endregion
 
     assert not inlined.functions and "Selu" not in harness.op_types("selu_function_inlined.onnx")
     harness.show("selu_function_inlined.onnx")
@@ -140,6 +121,7 @@ def step1_selu_function():
 # ---------------------------------------------------------------------------------------------
 
 
+# region SeluOpset14
 # PyTorch's docs write it against opset15; the source material used opset14, without CastLike.
 @onnxscript.script(custom_onnx_script)
 def SeluOpset14(X):
@@ -153,6 +135,7 @@ def SeluOpset14(X):
 
 def selu_opset14_symbolic(g, x):
     return g.onnxscript_op(SeluOpset14, x).setType(x.type())
+# endregion
 
 
 def step2_opsets_must_agree():
@@ -160,6 +143,7 @@ def step2_opsets_must_agree():
     model = torch.nn.SELU().eval()  # step 1's model and input
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
+    # region step2
     os.makedirs("failures", exist_ok=True)  # the models of this step are failure demonstrations
     register_custom_op_symbolic("aten::selu", selu_opset14_symbolic, 14)
     torch.onnx.export(
@@ -174,6 +158,7 @@ def step2_opsets_must_agree():
     with expect_error("No Op registered for CastLike with domain_version of 14"):
         run_ort("failures/selu_function_opset14.onnx", {"input": x.numpy()})
     unregister_custom_op_symbolic("aten::selu", 14)  # back to step 1's registration, from 15 up
+    # endregion
 
     if harness.TORCH < (2, 5):  # the export itself runs the checker, after writing the file
         harness.differs("torch.onnx.export raises CheckerError itself, after writing the model")
@@ -181,12 +166,15 @@ def step2_opsets_must_agree():
             export_opset15_function_at_opset17(model, x)
     else:
         export_opset15_function_at_opset17(model, x)
+    # region step2-3
     with expect_error("FunctionOp imports version 15 whereas model imports version 17"):
         model_17 = onnx.load("failures/selu_function_in_opset17_model.onnx")
         onnx.checker.check_model(model_17, full_check=True)
+    # endregion
 
     exporter_log: list[str] = []
     with harness.captured(exporter_log):  # the C++ exporter's warning, checked below
+        # region step2-4
         # Registered at 15, exported at 14: the symbolic does not apply below its opset.
         torch.onnx.export(
             model,
@@ -196,18 +184,22 @@ def step2_opsets_must_agree():
             opset_version=14,
             custom_opsets={"custom-onnx-script": 1},
         )
+        # endregion
     warning = "Custom opset domain: 'custom-onnx-script' provided is not used in the model."
     assert warning in exporter_log[0], exporter_log[0]
     print(f"  the exporter only warned: {warning}")
 
+    # region step2-5
     skipped = onnx.load("failures/selu_registered_above_export_opset.onnx")
     ops = [(node.domain, node.op_type) for node in skipped.graph.node]
     print(f"  the symbolic was skipped: the graph holds {ops}, {len(skipped.functions)} functions")
+    # endregion
 
     assert ops == [("", "Selu")] and not skipped.functions, ops
 
 
 def export_opset15_function_at_opset17(model, x):
+    # region step2-2
     # Step 1's registration (from opset 15 up) applies: an opset-15 function, an opset-17 model.
     torch.onnx.export(
         model,
@@ -217,12 +209,14 @@ def export_opset15_function_at_opset17(model, x):
         opset_version=17,
         custom_opsets={"custom-onnx-script": 1},
     )
+    # endregion
 
 
 # ---------------------------------------------------------------------------------------------
 # 3. A function with attributes
 # ---------------------------------------------------------------------------------------------
 
+# region cstThreshold
 rknn_cst = onnxscript.values.Opset(domain="rknn_cst", version=1)
 
 
@@ -238,12 +232,14 @@ def cstThreshold(X, threshold: float, value: float):
 def threshold_symbolic(g, x, threshold, value):
     y = g.onnxscript_op(cstThreshold, x, threshold_f=threshold, value_f=value)
     return y.setType(x.type())
+# endregion
 
 
 def step3_function_with_attributes():
     """A function with attributes"""
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)  # step 1's input
 
+    # region step3
     threshold_model = torch.nn.Threshold(0.1, 20).eval()
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 15)
     torch.onnx.export(
@@ -255,13 +251,16 @@ def step3_function_with_attributes():
         output_names=["y"],
         custom_opsets={"rknn_cst": 1},
     )
+    # endregion
     harness.show("threshold_function.onnx")
 
+    # region step3-2
     (call,) = onnx.load("threshold_function.onnx").graph.node
     attributes = {a.name: round(a.f, 6) for a in call.attribute}
     print(f"  the graph calls {call.domain}.{call.op_type} with {attributes}")
     (actual,) = run_ort("threshold_function.onnx", {"input": x.numpy()})  # runs the body
     compare("threshold_function.onnx", actual, threshold_model(x), rtol=0, atol=0)  # exact
+    # endregion
 
     assert (call.domain, call.op_type) == ("rknn_cst", "cstThreshold")
     assert attributes == {"threshold": 0.1, "value": 20.0}
@@ -272,6 +271,7 @@ def step3_function_with_attributes():
 # ---------------------------------------------------------------------------------------------
 
 
+# region selu_translation
 # Works: a plain Python function calling onnxscript ops, traced op by op. Its parameter is
 # named as in the op's schema, aten::selu(Tensor self): torch 2.8 matches by name.
 def selu_translation(self):
@@ -288,8 +288,10 @@ def SeluScriptAnnotated(self: FLOAT) -> FLOAT:
     gamma = opset18.CastLike(1.0507009873554805, self)
     negative = gamma * (alpha * opset18.Exp(self) - alpha)
     return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
+# endregion
 
 
+# region SeluScript
 # Fails: the same function without a return annotation.
 @onnxscript.script(custom_onnx_script)
 def SeluScript(self):
@@ -297,6 +299,7 @@ def SeluScript(self):
     gamma = opset18.CastLike(1.0507009873554805, self)
     negative = gamma * (alpha * opset18.Exp(self) - alpha)
     return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
+# endregion
 
 
 @harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
@@ -305,6 +308,7 @@ def step4_dynamo():
     model = torch.nn.SELU().eval()  # step 1's model and input; step 1's registration is ignored
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
+    # region step4
     for translation, path in [
         (selu_translation, "selu_dynamo_plain.onnx"),
         (SeluScriptAnnotated, "selu_dynamo_script_annotated.onnx"),
@@ -317,6 +321,7 @@ def step4_dynamo():
         onnx_program.save(path)
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: matches PyTorch; inlined: {' '.join(ops)}")
+    # endregion
 
         written = harness.show(path)
         # No Selu: the translation was used (torch 2.8 writes its own Selu if the names differ)
@@ -328,11 +333,13 @@ def step4_dynamo():
 
     logged = "Expected meta_vals to be a sequence, but got FakeTensor(..., size=(2, 3, 16))."
     with harness.quiet(logged):  # the exporter logs it before it fails
+        # region step4-2
         table = {torch.ops.aten.selu.default: SeluScript}
         with expect_error("The number of values and replacements must match"):
             torch.onnx.export(
                 model, (x,), dynamo=True, verbose=False, custom_translation_table=table
             )
+        # endregion
     print(f"  logged before the error: {logged}")
 
 

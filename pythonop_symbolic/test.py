@@ -16,10 +16,12 @@ import sys
 import warnings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import os
 import re
@@ -29,51 +31,21 @@ import onnx
 import onnxruntime as ort
 import torch
 from onnxscript import opset18 as op
-from torch.onnx.testing import assert_onnx_program
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
     try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
+# endregion
 
 # ---------------------------------------------------------------------------------------------
 # 1. Without any symbolic
 # ---------------------------------------------------------------------------------------------
 
 
+# region MyClip
 class MyClip(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, min):
@@ -91,12 +63,14 @@ class MyRelu(torch.autograd.Function):
 class ClipThenRelu(torch.nn.Module):
     def forward(self, x):
         return MyRelu.apply(MyClip.apply(x, -0.5))
+# endregion
 
 
 def step1_without_symbolic():
     """Functions without a symbolic (dynamo=False)"""
     with warnings.catch_warnings(record=True) as caught:  # torch's deprecation warning, below
         warnings.simplefilter("always")
+        # region step1
         model = ClipThenRelu().eval()
         x = torch.randn(2, 3)
         # By default the TorchScript-based exporter inlines each Function's forward.
@@ -111,6 +85,7 @@ def step1_without_symbolic():
         )
         (actual,) = run_ort("inlined.onnx", {"x": x.numpy()})
         compare("inlined.onnx", actual, model(x), rtol=0, atol=0)
+        # endregion
     harness.show("inlined.onnx")
     ops = harness.op_types("inlined.onnx")
     assert ops.count("Clip") == 2 and "Relu" not in ops, ops  # forward's clamps, not MyRelu
@@ -124,6 +99,7 @@ def step1_without_symbolic():
         print("  torch warns:", sentences[0] + ".")
         print("   ", sentences[1])
 
+    # region step1-2
     # autograd_inlining=False keeps each Function as one prim::PythonOp node: with no rule for it,
     # the export fails.
     with expect_error("Couldn't export Python operator MyClip"):
@@ -135,6 +111,7 @@ def step1_without_symbolic():
             opset_version=17,
             autograd_inlining=False,
         )
+    # endregion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +119,7 @@ def step1_without_symbolic():
 # ---------------------------------------------------------------------------------------------
 
 
+# region symbolic_pythonop
 def symbolic_pythonop(g, *args, **kwargs):
     node = g.original_node  # the prim::PythonOp being translated
     name, module = kwargs["name"], kwargs["module"]  # the Function's class and its module
@@ -164,8 +142,10 @@ def symbolic_pythonop(g, *args, **kwargs):
         )
     result.setType(node.output().type())  # the output's type and shape, as PyTorch traced them
     return result
+# endregion
 
 
+# region MyTanh
 class MyTanh(torch.autograd.Function):  # one that symbolic_pythonop does not know
     @staticmethod
     def forward(ctx, input):
@@ -175,8 +155,10 @@ class MyTanh(torch.autograd.Function):  # one that symbolic_pythonop does not kn
 class WithTanh(torch.nn.Module):
     def forward(self, x):
         return MyTanh.apply(MyRelu.apply(x))
+# endregion
 
 
+# region symbolic_pythonop_source
 # The torch 1.10 snippet: the exporter passed the node as a second argument `n`.
 def symbolic_pythonop_source(g, n, *args, **kwargs):
     name = kwargs["name"]
@@ -185,6 +167,7 @@ def symbolic_pythonop_source(g, n, *args, **kwargs):
     if name == "MyRelu":
         return g.op("Relu", args[0])
     return None
+# endregion
 
 
 def step2_one_symbolic():
@@ -192,6 +175,7 @@ def step2_one_symbolic():
     model = ClipThenRelu().eval()  # step 1's model and input
     x = torch.randn(2, 3)
 
+    # region step2
     # Registered at opset 1, it serves every opset; no other export option is needed.
     torch.onnx.register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop, 1)
     torch.onnx.export(
@@ -205,15 +189,19 @@ def step2_one_symbolic():
     )
     (actual,) = run_ort("pythonop.onnx", {"x": x.numpy()})
     compare("pythonop.onnx", actual, model(x), rtol=0, atol=0)
+    # endregion
     harness.show("pythonop.onnx")
     assert harness.op_types("pythonop.onnx") == ["Constant", "Clip", "Relu"]
 
     with harness.quiet():  # the exporter's dump of the graph at the failure (shown with -v)
+        # region step2-2
         with expect_error("no ONNX translation for autograd.Function __main__.MyTanh"):
             torch.onnx.export(
                 WithTanh(), (x,), "failures/unknown_function.onnx", dynamo=False, opset_version=17
             )
+        # endregion
 
+    # region step2-3
     # Under the snippet's name it is filed as aten::prim_PythonOp and never looked up: with no rule
     # for prim::PythonOp (the one above unregistered), the exporter inlines forward: two Clips.
     torch.onnx.unregister_custom_op_symbolic("prim::PythonOp", 1)
@@ -224,9 +212,11 @@ def step2_one_symbolic():
     )
     ignored = [node.op_type for node in onnx.load("failures/pythonop_old_name.onnx").graph.node]
     print(f"  '::prim_PythonOp' never called: the model holds {ignored}")
+    # endregion
     assert ignored == ["Constant", "Clip", "Constant", "Clip"], ignored
 
     with harness.quiet():
+        # region step2-4
         # Registered as prim::PythonOp it is called as symbolic(g, *args, **kwargs): `n` receives
         # the first tensor and every argument shifts by one, so args[1] does not exist.
         torch.onnx.register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop_source, 1)
@@ -234,6 +224,7 @@ def step2_one_symbolic():
             torch.onnx.export(
                 model, (x,), "failures/pythonop_old_signature.onnx", dynamo=False, opset_version=17
             )
+        # endregion
 
     exists = hasattr(torch.onnx, "SymbolicContext")
     print("  torch.onnx.SymbolicContext exists:", exists)
@@ -247,13 +238,16 @@ def step2_one_symbolic():
 # ---------------------------------------------------------------------------------------------
 
 
+# region TwoClips
 class TwoClips(torch.nn.Module):
     def forward(self, x):
         return MyClip.apply(x, 0.0) + MyClip.apply(x, 0.5)
+# endregion
 
 
 def step3_dispatch_on_arguments():
     """The same Function, two translations: MyClip(x, 0.0) -> Relu, MyClip(x, 0.5) -> Clip"""
+    # region step3
     # Registrations are global to the process, and the last one wins: step 2 ended with the
     # torch 1.10 snippet's, so register symbolic_pythonop again.
     torch.onnx.register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop, 1)
@@ -270,6 +264,7 @@ def step3_dispatch_on_arguments():
     )
     (actual,) = run_ort("pythonop_by_argument.onnx", {"x": x.numpy()})
     compare("pythonop_by_argument.onnx", actual, model(x), rtol=0, atol=0)
+    # endregion
     harness.show("pythonop_by_argument.onnx")
     ops = harness.op_types("pythonop_by_argument.onnx")
     assert ops == ["Relu", "Constant", "Clip", "Add"], ops
@@ -280,6 +275,7 @@ def step3_dispatch_on_arguments():
 # ---------------------------------------------------------------------------------------------
 
 
+# region my_clip_translation
 def my_clip_translation(x, min: float):
     if min == 0:  # the same choice as step 3, made in Python while translating
         return op.Relu(x)
@@ -288,11 +284,13 @@ def my_clip_translation(x, min: float):
 
 def my_relu_translation(x):
     return op.Relu(x)
+# endregion
 
 
 @harness.needs_torch("2.6", "custom_translation_table and assert_onnx_program came with 2.6")
 def step4_dynamo():
     """The torch.export-based exporter (dynamo=True)"""
+    # region step4
     x = torch.randn(2, 3)
     for model, path in [
         (ClipThenRelu().eval(), "clip_then_relu_dynamo.onnx"),
@@ -303,10 +301,12 @@ def step4_dynamo():
         onnx_program.save(path)
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: matches PyTorch exactly; ops {' '.join(ops)}")
+    # endregion
         harness.show(path)
     assert harness.op_types("clip_then_relu_dynamo.onnx") == ["Clip", "Max"]
     assert harness.op_types("two_clips_dynamo.onnx") == ["Clip", "Clip", "Add"]
 
+    # region my_clip
     # Each Function as a custom op: a schema (from the type hints), a kernel, and a fake kernel.
     @torch.library.custom_op("pythonop_demo::my_clip", mutates_args=())
     def my_clip(x: torch.Tensor, min: float) -> torch.Tensor:
@@ -328,7 +328,9 @@ def step4_dynamo():
         torch.ops.pythonop_demo.my_clip.default: my_clip_translation,
         torch.ops.pythonop_demo.my_relu.default: my_relu_translation,
     }
+    # endregion
 
+    # region CustomOpModel
     class CustomOpModel(torch.nn.Module):
         def forward(self, x, y):
             return my_relu(x) + my_clip(y, 0.0) + my_clip(y, 0.5)
@@ -344,10 +346,12 @@ def step4_dynamo():
     onnx_program.save("custom_ops_dynamo.onnx")
     ops = [node.op_type for node in onnx.load("custom_ops_dynamo.onnx").graph.node]
     print(f"  custom_ops_dynamo.onnx: matches PyTorch exactly; ops {' '.join(ops)}")
+    # endregion
 
     written = harness.show("custom_ops_dynamo.onnx")
     assert sorted(ops) == ["Add", "Add", "Clip", "Relu", "Relu"], ops  # my_clip(y, 0.0): a Relu
 
+    # region step4-2
     # Each class's apply now calls its custom op; `del` gives the class its own apply back.
     MyClip.apply = torch.ops.pythonop_demo.my_clip
     MyRelu.apply = torch.ops.pythonop_demo.my_relu
@@ -360,6 +364,7 @@ def step4_dynamo():
     onnx_program.save("patched_functions_dynamo.onnx")
     ops = [node.op_type for node in onnx.load("patched_functions_dynamo.onnx").graph.node]
     print(f"  patched_functions_dynamo.onnx: matches PyTorch exactly; ops {' '.join(ops)}")
+    # endregion
 
     harness.show("patched_functions_dynamo.onnx")
     assert "apply" not in vars(MyClip) and "apply" not in vars(MyRelu), "the patch outlived it"

@@ -15,10 +15,12 @@ import sys
 from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import os
 import re
@@ -35,50 +37,19 @@ from onnx.reference.op_run import OpRun
 from onnxscript import FLOAT
 from torch.onnx import register_custom_op_symbolic, unregister_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
-from torch.onnx.testing import assert_onnx_program
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
+    try:
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
 
 try:  # steps 1 and 7 run the custom node in ONNX Runtime with it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def run_ort(path, feeds, options=None):
-    """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+# endregion
 
 # What the TorchScript exporter prints from C++ before a failing export raises (Notes): the graph
 # from torch 2.8 on (2.4 only with verbose=True), and the ONNX graph too from 2.15 on.
@@ -89,6 +60,7 @@ NEEDS_2_6 = "custom_translation_table came with 2.6; on 2.4 dynamo=True is torch
 # --- 1. Threshold as one custom-domain node ---
 
 
+# region ThresholdModel
 class ThresholdModel(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -96,8 +68,10 @@ class ThresholdModel(torch.nn.Module):
 
     def forward(self, x):
         return self.threshold(x)
+# endregion
 
 
+# region threshold_no_attributes
 # Style A: no attributes. The node keeps only the tensor; 0.1 and 20 are lost.
 @parse_args("v", "f", "f")
 def threshold_no_attributes(g, x, threshold, value):
@@ -114,22 +88,28 @@ def threshold_named_attributes(g, x, threshold, value):
 @parse_args("v", "f", "f")
 def threshold_float_list(g, x, threshold, value):
     return g.op("rknn_cst::cstThreshold", x, param_f=[threshold, value])
+# endregion
 
 
+# region threshold_wrong_suffix
 # A common slip: "_fs" looks like parse_args' "fs" descriptor, but g.op has no such suffix.
 @parse_args("v", "f", "f")
 def threshold_wrong_suffix(g, x, threshold, value):
     return g.op("rknn_cst::cstThreshold", x, param_fs=[threshold, value])
+# endregion
 
 
+# region threshold_typed
 # Style B plus setType: a custom node has no shape inference; tell the exporter what comes out.
 @parse_args("v", "f", "f")
 def threshold_typed(g, x, threshold, value):
     y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
     y.setType(x.type())  # same dtype and shape as the input
     return y
+# endregion
 
 
+# region cstThreshold
 # Style C's meaning, checked without ONNX Runtime: the ONNX reference evaluator runs a Python op
 # that reads the list. The class name is the op_type.
 class cstThreshold(OpRun):
@@ -138,11 +118,13 @@ class cstThreshold(OpRun):
     def _run(self, x, param=None):
         threshold, value = param
         return (np.where(x > np.float32(threshold), x, np.float32(value)).astype(x.dtype),)
+# endregion
 
 
 def step1_custom_domain_node():
     """Threshold as one custom-domain node (dynamo=False)"""
     with harness.quiet(*IR_DUMP):  # the exporter dumps the TorchScript graph before it raises
+        # region step1
         os.makedirs("failures", exist_ok=True)  # the models that show a failure go here
         torch.manual_seed(0)
         model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
@@ -150,8 +132,10 @@ def step1_custom_domain_node():
             torch.onnx.export(
                 model, (x,), "failures/threshold.onnx", dynamo=False, opset_version=12
             )
+        # endregion
 
     with harness.quiet() as warned:  # the exporter's shape-inference warnings, counted below
+        # region step1-2
         for symbolic, path in [
             (threshold_no_attributes, "failures/threshold_no_attributes.onnx"),
             (threshold_float_list, "failures/threshold_float_list.onnx"),
@@ -164,6 +148,7 @@ def step1_custom_domain_node():
             (node,) = onnx.load(path).graph.node
             attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
             print(f"  {path}: one {node.domain}.{node.op_type} node, attributes {attributes}")
+        # endregion
     warning = "Warning: The shape inference of rknn_cst::cstThreshold type is missing"
     assert warned[0].count(warning) == 3, warned[0]
     print(f"  the exporter printed '{warning} ...' for each of the 3 exports")
@@ -174,13 +159,16 @@ def step1_custom_domain_node():
         assert len(dims) == 4 and all(isinstance(d, str) for d in dims), dims  # sizes made up
 
     with harness.quiet(*IR_DUMP):
+        # region step1-3
         register_custom_op_symbolic("aten::threshold", threshold_wrong_suffix, 12)
         with expect_error("Invalid attribute specifier 'param_fs'"):
             torch.onnx.export(
                 model, (x,), "failures/threshold.onnx", dynamo=False, opset_version=12
             )
+        # endregion
 
     with harness.quiet() as warned:
+        # region step1-4
         register_custom_op_symbolic("aten::threshold", threshold_typed, 12)
         torch.onnx.export(
             model, (x,), "threshold_custom.onnx", dynamo=False, opset_version=12,
@@ -189,15 +177,19 @@ def step1_custom_domain_node():
         output = onnx.load("threshold_custom.onnx").graph.output[0]
         dims = [d.dim_value for d in output.type.tensor_type.shape.dim]
         print(f"  with setType the output is {dims}")
+        # endregion
     assert "shape inference" not in warned[0], warned[0]  # setType: no warning, real sizes
     assert harness.output_dims(harness.show("threshold_custom.onnx")) == [1, 3, 10, 10]
     print("  with setType the exporter printed no shape-inference warning")
 
+    # region step1-5
     evaluator = ReferenceEvaluator("failures/threshold_float_list.onnx", new_ops=[cstThreshold])
     (actual,) = evaluator.run(None, {"input": x.numpy()})
     np.testing.assert_array_equal(actual, model(x).numpy())  # a selection, no arithmetic: exact
     print("  failures/threshold_float_list.onnx matches PyTorch in onnx.reference")
+    # endregion
 
+    # region step1-6
     # ONNX Runtime has no kernel for rknn_cst::cstThreshold; your runtime would bring one. Here a
     # Python function stands in for it, registered with onnxruntime-extensions (if installed).
     if onnx_op is not None:
@@ -210,7 +202,9 @@ def step1_custom_domain_node():
         )
         def cst_threshold_kernel(x, threshold, value):
             return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
+    # endregion
 
+    # region step1-7
     if onnx_op is not None:
         custom_ops = ort.SessionOptions()
         custom_ops.register_custom_ops_library(get_library_path())  # the kernels of @onnx_op
@@ -221,6 +215,7 @@ def step1_custom_domain_node():
             run_ort("failures/threshold_no_attributes.onnx", {"input": x.numpy()}, custom_ops)
         with expect_error("Unable to find attribute 'threshold'"):  # Style C: a list
             run_ort("failures/threshold_float_list.onnx", {"input": x.numpy()}, custom_ops)
+    # endregion
     else:
         raise harness.Skip(harness.ortx_problem())
 
@@ -228,6 +223,7 @@ def step1_custom_domain_node():
 # --- 2. Threshold with standard ops only ---
 
 
+# region threshold_standard_ops
 @parse_args("v", "f", "f")
 def threshold_standard_ops(g, x, threshold, value):
     # y = x where x > threshold, else value. Constants are float32 to match a float32 model;
@@ -235,23 +231,29 @@ def threshold_standard_ops(g, x, threshold, value):
     threshold_c = g.op("Constant", value_t=torch.tensor(threshold, dtype=torch.float32))
     value_c = g.op("Constant", value_t=torch.tensor(value, dtype=torch.float32))
     return g.op("Where", g.op("Greater", x, threshold_c), x, value_c)
+# endregion
 
 
 def step2_standard_ops():
     """Threshold with standard ops only (dynamo=False)"""
+    # region step2
     register_custom_op_symbolic("aten::threshold", threshold_standard_ops, 12)  # replaces step 1's
     model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
     torch.onnx.export(model, (x,), "threshold_standard.onnx", dynamo=False, opset_version=12)
+    # endregion
     ops = [n.op_type for n in harness.show("threshold_standard.onnx").graph.node]
     assert ops == ["Constant", "Greater", "Constant", "Where"], ops
 
+    # region step2-2
     (actual,) = run_ort("threshold_standard.onnx", {"input": x.numpy()})
     compare("threshold_standard.onnx", actual, model(x), rtol=0, atol=0)  # a selection: exact
+    # endregion
 
 
 # --- 3. Override a built-in rule ---
 
 
+# region elu_from_primitives
 # aten::elu(Tensor self, Scalar alpha, Scalar scale, Scalar input_scale)
 @parse_args("v", "f", "f", "f")
 def elu_from_primitives(g, x, alpha, scale, input_scale):
@@ -264,10 +266,12 @@ def elu_from_primitives(g, x, alpha, scale, input_scale):
     negative = g.op("Mul", const(alpha), g.op("Sub", exp, const(1.0)))
     chosen = g.op("Where", g.op("Greater", x, const(0.0)), x, negative)
     return g.op("Mul", chosen, const(scale))
+# endregion
 
 
 def step3_override_builtin():
     """Override a built-in rule: aten::elu (dynamo=False)"""
+    # region step3
     model, x = torch.nn.ELU(alpha=0.5).eval(), torch.randn(2, 3, 8)
     torch.onnx.export(
         model, (x,), "elu_builtin.onnx", dynamo=False, opset_version=12, output_names=["y"]
@@ -277,45 +281,58 @@ def step3_override_builtin():
         model, (x,), "elu_override.onnx", dynamo=False, opset_version=12, output_names=["y"]
     )
     unregister_custom_op_symbolic("aten::elu", 12)  # back to the built-in rule
+    # endregion
     assert [n.op_type for n in harness.show("elu_builtin.onnx").graph.node] == ["Elu"]
     harness.show("elu_override.onnx")
 
+    # region step3-2
     ops = sorted({node.op_type for node in onnx.load("elu_override.onnx").graph.node})
     print(f"  the override was used: {ops}, no Elu")
     for path in ["elu_builtin.onnx", "elu_override.onnx"]:
         (actual,) = run_ort(path, {"input": x.numpy()})
         compare(path, actual, model(x), rtol=1e-5, atol=1e-6)  # exp in two libraries: last bits
+    # endregion
     assert "Elu" not in ops and {"Exp", "Where"} <= set(ops), ops
 
 
 # --- 4. aten::asinh at opset 9 ---
 
 
+# region AsinhModel
 class AsinhModel(torch.nn.Module):
     def forward(self, x):
         return torch.asinh(x)
+# endregion
 
 
+# region asinh_symbolic
 def asinh_symbolic(g, x):
     return g.op("Asinh", x)  # in ONNX since opset 9; the TorchScript exporter has no rule
+# endregion
 
 
 def step4_asinh():
     """aten::asinh at opset 9 (dynamo=False)"""
     with harness.quiet(*IR_DUMP):
+        # region step4
         model, x = AsinhModel().eval(), torch.randn(2, 3) * 4
         for opset in (9, 17):
             with expect_error(f"operator 'aten::asinh' to ONNX opset version {opset}"):
                 torch.onnx.export(
                     model, (x,), "failures/asinh.onnx", dynamo=False, opset_version=opset
                 )
+        # endregion
 
+    # region step4-2
     register_custom_op_symbolic("aten::asinh", asinh_symbolic, 9)
+    # endregion
 
+    # region step4-3
     for opset, path in [(9, "asinh_opset9.onnx"), (17, "asinh_opset17.onnx")]:
         torch.onnx.export(model, (x,), path, dynamo=False, opset_version=opset, input_names=["x"])
         (actual,) = run_ort(path, {"x": x.numpy()})
         compare(path, actual, model(x), rtol=1e-5, atol=1e-6)  # two asinh implementations
+    # endregion
     for path, opset in [("asinh_opset9.onnx", 9), ("asinh_opset17.onnx", 17)]:
         exported = harness.show(path)  # registered at opset 9, the symbolic served 17 too
         assert [n.op_type for n in exported.graph.node] == ["Asinh"], path
@@ -325,6 +342,7 @@ def step4_asinh():
 # --- 5. torchvision::deform_conv2d with nothing registered ---
 
 
+# region DeformConvModel
 class DeformConvModel(torch.nn.Module):
     def forward(self, x, offset, weight, bias, mask):
         return torchvision.ops.deform_conv2d(
@@ -342,12 +360,15 @@ def deform_conv_inputs():
     bias = torch.randn(c_out)
     mask = torch.rand(n, k * k, out_size, out_size)  # a weight in [0, 1) per tap and pixel
     return x, offset, weight, bias, mask
+# endregion
 
 
 def step5_operator_export_type():
     """torchvision::deform_conv2d with nothing registered (dynamo=False)"""
+    # region step5
     model, inputs = DeformConvModel().eval(), deform_conv_inputs()
     names = ["x", "offset", "weight", "bias", "mask"]
+    # endregion
     with harness.quiet(*IR_DUMP):
         if harness.TORCH == (2, 8):  # torch 2.8.0's errors.py lacks an f-prefix (Notes)
             harness.differs("UnsupportedOperatorError says 'unrecognized namespace {op_name}'")
@@ -356,11 +377,14 @@ def step5_operator_export_type():
                     model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19
                 )
         else:
+            # region step5-2
             with expect_error("unrecognized namespace torchvision::deform_conv2d"):
                 torch.onnx.export(
                     model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19
                 )
+            # endregion
 
+    # region step5-3
     modes = torch.onnx.OperatorExportTypes
     for mode, path in [
         (modes.ONNX_FALLTHROUGH, "failures/deform_conv2d_fallthrough.onnx"),
@@ -370,6 +394,7 @@ def step5_operator_export_type():
             model, inputs, path, dynamo=False, opset_version=19, input_names=names,
             operator_export_type=mode,
         )
+    # endregion
     for path, kept in [
         ("failures/deform_conv2d_fallthrough.onnx", "torchvision.deform_conv2d"),
         ("failures/deform_conv2d_aten.onnx", "org.pytorch.aten.ATen"),
@@ -378,22 +403,27 @@ def step5_operator_export_type():
         nodes = [f"{n.domain}.{n.op_type}" for n in exported.graph.node if n.op_type != "Constant"]
         assert nodes == [kept], nodes
 
+    # region step5-4
     feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
     with expect_error("torchvision:deform_conv2d(-1) is not a registered function/op"):
         run_ort("failures/deform_conv2d_fallthrough.onnx", feeds)
     with expect_error("org.pytorch.aten:ATen(-1) is not a registered function/op"):
         run_ort("failures/deform_conv2d_aten.onnx", feeds)
+    # endregion
 
 
 # --- 6. torchvision::deform_conv2d: a symbolic ---
 
 
+# region deform_conv2d_placeholder
 # A placeholder like MMDeploy's: a made-up op that keeps some of the tensors (three of five).
 @parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "none")
 def deform_conv2d_placeholder(g, x, weight, offset, mask, bias, *unused):
     return g.op("custom::deform_conv2d", x, weight, offset)
+# endregion
 
 
+# region deform_conv2d_symbolic
 @parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
 def deform_conv2d_symbolic(
     g, x, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
@@ -410,12 +440,14 @@ def deform_conv2d_symbolic(
         group_i=groups,
         offset_group_i=offset_groups,
     )
+# endregion
 
 
 def step6_deform_conv2d():
     """torchvision::deform_conv2d: a symbolic (dynamo=False)"""
     # The exporter warns from C++ that it has no shape for the placeholder's made-up op.
     with harness.quiet("The shape inference of custom::deform_conv2d type is missing"):
+        # region step6
         model, inputs = DeformConvModel().eval(), deform_conv_inputs()
         names = ["x", "offset", "weight", "bias", "mask"]
         feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
@@ -426,31 +458,39 @@ def step6_deform_conv2d():
         print(f"  the placeholder model's inputs are {kept}: bias and mask are gone")
         with expect_error("custom:deform_conv2d(-1) is not a registered function/op"):
             run_ort(path, {name: feeds[name] for name in kept})
+        # endregion
     assert kept == ["x", "offset", "weight"], kept
     harness.show("failures/deform_conv2d_placeholder.onnx")
 
+    # region step6-2
     register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
     torch.onnx.export(
         model, inputs, "deform_conv2d.onnx", dynamo=False, opset_version=19, input_names=names
     )
+    # endregion
     (node,) = harness.show("deform_conv2d.onnx").graph.node
     assert list(node.input) == ["x", "weight", "offset", "bias", "mask"], node.input  # ONNX's order
 
+    # region step6-3
     expected = model(*inputs)
     atol = round(1e-5 * float(expected.abs().max()), 6)  # 1e-5 of the largest output (Notes)
     (actual,) = run_ort("deform_conv2d.onnx", feeds)
     compare("deform_conv2d.onnx", actual, expected, rtol=0, atol=atol)
+    # endregion
 
 
 # --- 7. The torch.export-based exporter (dynamo=True) ---
 
+# region threshold_translation
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
 
 
 def threshold_translation(x, threshold: float, value: float):
     return rknn_cst.cstThreshold(x, threshold=threshold, value=value)
+# endregion
 
 
+# region threshold_local_schema
 # The op's ONNX schema, kept local: the translation types its node with it; onnx never sees it.
 threshold_schema = OpSchema(
     "cstThreshold",
@@ -475,21 +515,26 @@ def threshold_local_schema(x, threshold: float, value: float):
 @onnxscript.script(rknn_cst)
 def threshold_script(x: FLOAT, threshold: float, value: float) -> FLOAT:
     return cst_threshold(x, threshold=threshold, value=value)
+# endregion
 
 
+# region ortx_session
 def ortx_session(model):
     # ONNX Runtime with onnxruntime-extensions' kernels: step 1's @onnx_op runs cstThreshold
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+# endregion
 
 
+# region output_shape
 def output_shape(model):
     return [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
 
 
 def same_type_and_shape(ctx):
     ctx.set_output_type(0, ctx.get_input_type(0))
+# endregion
 
 
 @harness.needs_torch("2.6", NEEDS_2_6)
@@ -497,11 +542,13 @@ def step7_dynamo():
     """The torch.export-based exporter (dynamo=True)"""
     logged: list[str] = []
     with harness.captured(logged):  # progress lines, a warning, a logged traceback: checked below
+        # region step7
         register_custom_op_symbolic("aten::threshold", threshold_typed, 12)  # step 1's symbolic
         model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
         program = torch.onnx.export(
             model, (x,), "threshold_source_as_written.onnx", opset_version=12
         )
+        # endregion
     if harness.TORCH < (2, 9):
         harness.differs("the call without dynamo= is dynamo=False before 2.9 (it uses the symbolic)"
                         "; dynamo=True writes opset 18 by default, where ONNX has no DeformConv")
@@ -517,16 +564,19 @@ def step7_dynamo():
         print("  logged: 'Failed to convert the model to the target version 12 ...'")
         print("    (a traceback ending in 'No Adapter From Version $13 for Cast'); no error")
 
+        # region step7-2
         written = onnx.load("threshold_source_as_written.onnx")
         ops = [node.op_type for node in written.graph.node]
         opset = {o.domain: o.version for o in written.opset_import}[""]
         print(f"  SILENTLY IGNORED: the symbolic was not used; ops {ops}, opset {opset}, not 12")
         assert_onnx_program(program, rtol=0, atol=0)  # ONNX Runtime against PyTorch: exact
         print("  threshold_source_as_written.onnx: matches PyTorch")
+        # endregion
 
         assert "cstThreshold" not in ops and opset == 18, (ops, opset)
         harness.show("threshold_source_as_written.onnx")
 
+    # region step7-3
     # Nothing registered is needed: torch.export and torchlib handle all three ops.
     x, deform_inputs = torch.randn(1, 3, 10, 10), deform_conv_inputs()
     deform_model = DeformConvModel().eval()
@@ -543,16 +593,20 @@ def step7_dynamo():
         assert_onnx_program(program, rtol=rtol, atol=atol)  # ONNX Runtime against PyTorch
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: {ops}, matches PyTorch")
+    # endregion
 
         exported = harness.show(path)
         assert all(n.domain == "" for n in exported.graph.node), path
     assert [n.op_type for n in onnx.load("deform_conv2d_dynamo.onnx").graph.node] == ["DeformConv"]
 
+    # region step7-4
     model = ThresholdModel().eval()
     table = {torch.ops.aten.threshold.default: threshold_translation}
     with expect_error("No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'"):
         torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
+    # endregion
 
+    # region step7-5
     for translation, path in [
         (threshold_local_schema, "threshold_custom_dynamo.onnx"),
         (threshold_script, "threshold_custom_dynamo_script.onnx"),
@@ -569,6 +623,7 @@ def step7_dynamo():
             program.initialize_inference_session(ortx_session)
             assert_onnx_program(program, rtol=0, atol=0)
             print(f"  {path}: matches PyTorch")
+    # endregion
 
         exported = harness.show(path)
         assert harness.opsets_of(exported).get("rknn_cst") == 1, harness.opsets_of(exported)
@@ -576,11 +631,14 @@ def step7_dynamo():
     print("  onnx.defs knows cstThreshold:", onnx.defs.has("cstThreshold", "rknn_cst"))
     assert not onnx.defs.has("cstThreshold", "rknn_cst")
 
+    # region step7-6
     shapeless = onnx.load("threshold_custom_dynamo.onnx")
     shapeless.graph.output[0].type.tensor_type.ClearField("shape")  # as another tool may meet it
     inferred = onnx.shape_inference.infer_shapes(shapeless, strict_mode=True)
     print("  ONNX shape inference, schema local: output shape", output_shape(inferred))
+    # endregion
 
+    # region step7-7
     threshold_schema.set_type_and_shape_inference_function(same_type_and_shape)
     onnx.defs.register_schema(threshold_schema)  # for every library in this process, from now on
     inferred = onnx.shape_inference.infer_shapes(shapeless, strict_mode=True)
@@ -589,6 +647,7 @@ def step7_dynamo():
         onnx.defs.register_schema(threshold_schema)  # once per process: a second one fails
     onnx.defs.deregister_schema("cstThreshold", 1, "rknn_cst")
     print("  deregistered: onnx.defs knows it:", onnx.defs.has("cstThreshold", "rknn_cst"))
+    # endregion
     assert output_shape(inferred) == [1, 3, 10, 10]
     assert not onnx.defs.has("cstThreshold", "rknn_cst")
     if onnx_op is None:
@@ -598,11 +657,14 @@ def step7_dynamo():
 # --- 8. dynamo=True: the error names an op the model never calls (decompositions) ---
 
 
+# region CholeskyModel
 class CholeskyModel(torch.nn.Module):
     def forward(self, a):
         return torch.linalg.cholesky(a)  # a: a batch of symmetric positive-definite matrices
+# endregion
 
 
+# region cholesky_translation
 op = onnxscript.opset18  # ONNX's standard ops, for translations
 
 
@@ -623,23 +685,29 @@ def cholesky_translation(self, upper: bool = False):
         rank = len(self.shape)
         return op.Transpose(lower, perm=[*range(rank - 2), rank - 1, rank - 2])
     return lower
+# endregion
 
 
+# region cholesky_ex_translation
 # What a reader writes after reading the error: a translation for the op it names (L, a code).
 def cholesky_ex_translation(self, upper: bool = False, check_errors: bool = False):
     return cholesky_translation(self, upper), op.Constant(value_int=0)
+# endregion
 
 
 @harness.needs_torch("2.6", NEEDS_2_6)
 def step8_decompositions():
     """dynamo=True: the error names an op the model never calls"""
+    # region step8
     torch.manual_seed(0)
     x = torch.randn(2, 4, 4)
     a = x @ x.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
     model = CholeskyModel().eval()
     with expect_error("No ONNX function found for <OpOverload(op='aten.linalg_cholesky_ex'"):
         torch.onnx.export(model, (a,), dynamo=True, verbose=False)
+    # endregion
 
+    # region step8-2
     # Explicit capture: torch.export's own errors surface here, and its graphs can be read.
     ep = torch.export.export(model, (a,), strict=False)
     calls = [str(node.target) for node in ep.graph.nodes if node.op == "call_function"]
@@ -647,6 +715,7 @@ def step8_decompositions():
     decomposed = ep.run_decompositions()
     after = [str(node.target) for node in decomposed.graph.nodes if node.op == "call_function"]
     print("  after run_decompositions():", after)
+    # endregion
     assert calls == ["aten.linalg_cholesky.default"], calls
     assert "aten.linalg_cholesky_ex.default" in after, after
 
@@ -657,10 +726,13 @@ def step8_decompositions():
         keyed_on_the_decomposed_op_before_2_9(ep, a)
     else:
         assert "with_effects" in after, after  # the error check, effectful (pytorch#184111)
+        # region step8-3
         table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
         with expect_error("OpOverload(op='aten._linalg_check_errors'"):
             torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
+        # endregion
 
+    # region step8-4
     table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
     program = torch.onnx.export(
         ep, (), "cholesky_dynamo.onnx", dynamo=True, verbose=False, external_data=False,
@@ -671,6 +743,7 @@ def step8_decompositions():
     ops = sorted({node.op_type for node in onnx.load("cholesky_dynamo.onnx").graph.node})
     print(f"  cholesky_dynamo.onnx: linalg_cholesky kept whole, standard ops {ops}")
     print("  cholesky_dynamo.onnx: matches PyTorch")
+    # endregion
 
     exported = harness.show("cholesky_dynamo.onnx")
     assert all(n.domain == "" for n in exported.graph.node) and "Sqrt" in ops, ops
@@ -679,11 +752,14 @@ def step8_decompositions():
 # --- 9. A node ONNX Runtime implements itself: com.microsoft::CDist ---
 
 
+# region CDistModel
 class CDistModel(torch.nn.Module):
     def forward(self, x1, x2):
         return torch.cdist(x1, x2)  # euclidean distance of every row of x1 to every row of x2
+# endregion
 
 
+# region cdist_contrib
 # aten::cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None)
 @parse_args("v", "v", "f", "none")
 def cdist_contrib(g, x1, x2, p, compute_mode):
@@ -693,8 +769,10 @@ def cdist_contrib(g, x1, x2, p, compute_mode):
     rows = [x1.type().sizes()[0], x2.type().sizes()[0]]
     y.setType(x1.type().with_sizes(rows))  # [rows of x1, rows of x2]
     return y
+# endregion
 
 
+# region cdist_tolerance
 def cdist_tolerance(x1, x2):
     # ORT's CDist computes |a|^2 + |b|^2 - 2 a.b with a matrix product, then the square root:
     # float32 rounding of that sum is at most 2 (k + 2) 2^-24 (|a|^2 + |b|^2), k the row length,
@@ -702,8 +780,10 @@ def cdist_tolerance(x1, x2):
     k = x1.shape[-1]
     largest = float((x1**2).sum(-1).max() + (x2**2).sum(-1).max())
     return float(np.sqrt(2 * (k + 2) * 2.0**-24 * largest))
+# endregion
 
 
+# region cdist_translation
 msft = onnxscript.values.Opset("com.microsoft", 1)
 # ONNX Runtime's CDist (ContribOperators.md) as a local schema: the checker never trusts it
 cdist_schema = OpSchema(
@@ -722,10 +802,12 @@ def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
     if p != 2.0:
         raise ValueError(f"com.microsoft::CDist has no p={p} metric")
     return cdist_op(x1, x2, metric="euclidean")
+# endregion
 
 
 def step9_contrib_op():
     """A node ONNX Runtime implements itself: com.microsoft::CDist"""
+    # region step9
     torch.manual_seed(0)
     model, x1, x2 = CDistModel().eval(), torch.randn(5, 3), torch.randn(7, 3)
     names = ["x1", "x2"]
@@ -741,17 +823,20 @@ def step9_contrib_op():
         nodes = onnx.load(path).graph.node
         ops = sorted({f"{n.domain}.{n.op_type}".lstrip(".") for n in nodes})
         print(f"  {path}: {len(nodes)} node(s), {ops}")
+    # endregion
 
     exported, _ = harness.show("cdist_contrib.onnx"), harness.show("cdist_builtin.onnx")
     assert harness.op_types("cdist_contrib.onnx") == ["com.microsoft.CDist"]
     assert harness.opsets_of(exported) == {"": 17, "com.microsoft": 1}, exported.opset_import
     assert harness.output_dims(exported) == [5, 7]
 
+    # region step9-2
     print("  onnx.defs knows com.microsoft CDist:", onnx.defs.has("CDist", "com.microsoft"))
     atol = round(cdist_tolerance(x1, x2), 6)
     for path in ["cdist_builtin.onnx", "cdist_contrib.onnx"]:
         (actual,) = run_ort(path, {"x1": x1.numpy(), "x2": x2.numpy()})  # plain ORT, no library
         compare(path, actual, model(x1, x2), rtol=0, atol=atol)
+    # endregion
     if harness.TORCH < (2, 6):
         raise harness.NeedsTorch("2.6", NEEDS_2_6)
 
@@ -759,9 +844,12 @@ def step9_contrib_op():
     # module: the supported route is ContribOperators.md).
     check_against_onnxruntime(cdist_schema)
 
+    # region step9-3
     with expect_error("No ONNX function found for <OpOverload(op='aten._cdist_forward'"):
         torch.onnx.export(model, (x1, x2), dynamo=True, verbose=False)
+    # endregion
 
+    # region step9-4
     table = {torch.ops.aten.cdist.default: cdist_translation}
     program = torch.onnx.export(
         model, (x1, x2), "cdist_contrib_dynamo.onnx", dynamo=True, verbose=False,
@@ -772,6 +860,7 @@ def step9_contrib_op():
     attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
     print(f"  cdist_contrib_dynamo.onnx: one {node.domain}.{node.op_type} node, {attributes}")
     print("  cdist_contrib_dynamo.onnx: matches PyTorch")
+    # endregion
 
     exported = harness.show("cdist_contrib_dynamo.onnx")
     assert harness.opsets_of(exported).get("com.microsoft") == 1

@@ -17,10 +17,12 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
-import harness  # first: on torch < 2.10 it gives the page's imports assert_onnx_program
+import harness  # the runner: the command line, the steps, the checks (harness.py)
+from page_helpers import expect_error, compare  # the page's helpers, written once
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
+# region imports
 import contextlib
 import logging
 import os
@@ -36,49 +38,25 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
-from torch.onnx.testing import assert_onnx_program
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
+    try:
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
+        assert_onnx_program = None
 
 try:  # steps 4 and 6 run the custom nodes in ONNX Runtime with it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
-
-
-@contextlib.contextmanager
-def expect_error(expected):
-    """The code inside must fail with `expected` in its message: print the error and go on."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-        message = f"{type(error).__name__}: {error}"
-        cause = error.__cause__
-        while cause is not None:  # a wrapped error: its cause often names the real problem
-            message += f"\n{type(cause).__name__}: {cause}"
-            cause = cause.__cause__
-        message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-        if expected not in message:
-            raise
-        lines = [line.strip() for line in message.splitlines() if line.strip()]
-        print("  reproduced:", lines[0])
-        if expected not in lines[0]:  # the line that names the cause is further down
-            print("  reproduced, further down:", [x for x in lines if expected in x][0])
-    else:
-        raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
-
-
-def compare(name, actual, expected, rtol, atol):
-    """assert_allclose against PyTorch's result, then one line naming the model and the largest
-    difference. (For a dynamo=False file no library call does this; torch.onnx.testing checks a
-    dynamo=True program.)"""
-    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
-    diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
-    print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
+# endregion
 
 # ---------------------------------------------------------------------------------------------
 # 1. Build the op
 # ---------------------------------------------------------------------------------------------
 
+# region step1
 DUAL_RESIDUAL_CPP = r"""
 // Two outputs from two tensors and a float.
 std::tuple<torch::Tensor, torch::Tensor> dual_residual(
@@ -95,7 +73,9 @@ TORCH_LIBRARY_IMPL(cst, CPU, m) {
   m.impl("dual_residual", &dual_residual);
 }
 """
+# endregion
 
+# region step1-2
 LEGACY_CPP = r"""
 #include <torch/script.h>
 #include <string>
@@ -119,6 +99,7 @@ torch::Tensor foo_forward(torch::Tensor x, torch::Tensor y, double alpha, int64_
 static auto foo_registry =
     torch::RegisterOperators().op("cst_legacy::foo_forward", &foo_forward);
 """
+# endregion
 
 
 def step1_build():
@@ -127,13 +108,16 @@ def step1_build():
     if problem:
         raise harness.Skip(problem)
     with harness.quiet() as noise:  # torch 2.4 prints "No CUDA runtime is found", unfiltered
+        # region step1-3
         logging.getLogger("torch.utils.cpp_extension").addFilter(
             lambda record: "No CUDA runtime" not in record.msg
         )
         from torch.utils import cpp_extension  # after the filter: importing it logs the message
+        # endregion
     unexpected = [line for line in noise[0].splitlines() if line.strip() and "No CUDA" not in line]
     assert not unexpected, f"importing torch.utils.cpp_extension printed: {unexpected}"
 
+    # region step1-4
     EXTENSION_NAME = "onnx_tutorial_register_pytorch_op"
     print("building the C++ extension: about a minute the first time, cached after")
     started = time.time()
@@ -149,6 +133,7 @@ def step1_build():
     else:
         print(f"  reused the cached build {library} ({time.time() - started:.1f} s)")
     print("  torch.ops.cst.dual_residual:", torch.ops.cst.dual_residual.default._schema)
+    # endregion
 
     x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
     for op in (torch.ops.cst.dual_residual, torch.ops.cst_legacy.dual_residual):
@@ -157,6 +142,7 @@ def step1_build():
         torch.testing.assert_close(second, y * 0.5 - x)
 
 
+# region DualResidualModel
 class DualResidualModel(torch.nn.Module):
     def __init__(self, alpha: float = 0.5) -> None:
         super().__init__()
@@ -164,6 +150,7 @@ class DualResidualModel(torch.nn.Module):
 
     def forward(self, x, y):
         return torch.ops.cst.dual_residual(x, y, self.alpha)
+# endregion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,6 +166,7 @@ def step2_reproduce():
     """Export with no symbolic (dynamo=False)"""
     need_step1_ops()
     with harness.quiet() as dump:  # the exporter's graph dumps, reported below
+        # region step2
         os.makedirs("failures", exist_ok=True)
         model = DualResidualModel().eval()
         inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
@@ -186,6 +174,7 @@ def step2_reproduce():
             torch.onnx.export(
                 model, inputs, "failures/dual_residual.onnx", dynamo=False, opset_version=12
             )
+        # endregion
     other_dumps = held_back(dump[0])
 
     name = "cst::dual_residual"  # the op's name, in the message on torch 2.4, 2.14 and 2.15
@@ -202,11 +191,14 @@ def step2_reproduce():
 # ---------------------------------------------------------------------------------------------
 
 
+# region dual_residual_untyped
 @parse_args("v", "v", "f")
 def dual_residual_untyped(g, x, y, alpha):
     return g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
+# endregion
 
 
+# region dual_residual_symbolic
 @parse_args("v", "v", "f")
 def dual_residual_symbolic(g, x, y, alpha):
     # outputs=2: g.op returns one Value per output; give each its type (ONNX cannot infer it)
@@ -214,6 +206,7 @@ def dual_residual_symbolic(g, x, y, alpha):
     out_x.setType(x.type())
     out_y.setType(y.type())
     return out_x, out_y
+# endregion
 
 
 def step3_export_one_node():
@@ -223,6 +216,7 @@ def step3_export_one_node():
     inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
     warning = "The shape inference of rknn_cst::cstDualResidual type is missing"
     with harness.quiet(warning):  # the exporter's C++ warning, checked
+        # region step3
         register_custom_op_symbolic("cst::dual_residual", dual_residual_untyped, 12)
         torch.onnx.export(
             model,
@@ -234,8 +228,10 @@ def step3_export_one_node():
             input_names=["x", "y"],
             output_names=["x_res", "y_res"],
         )
+        # endregion
     print(f"  the exporter warned: {warning} ...")
     with harness.quiet() as typed:
+        # region step3-2
         register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
         torch.onnx.export(
             model,
@@ -247,10 +243,13 @@ def step3_export_one_node():
             input_names=["x", "y"],
             output_names=["x_res", "y_res"],
         )
+        # endregion
     assert warning not in typed[0], typed[0]
 
+    # region step3-3
     for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
         print(onnx.printer.to_text(onnx.load(path).graph))
+    # endregion
 
     shapes = {}
     for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
@@ -269,11 +268,13 @@ def step3_export_one_node():
 # ---------------------------------------------------------------------------------------------
 
 
+# region ortx_session
 def ortx_session(model):
     """An ONNX Runtime session that runs @onnx_op kernels (onnxruntime-extensions' library)."""
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+# endregion
 
 
 def step4_run():
@@ -281,12 +282,15 @@ def step4_run():
     need_step1_ops()
     model = DualResidualModel().eval()  # the model and inputs of step 2
     inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+    # region step4
     with expect_error("rknn_cst:cstDualResidual(-1) is not a registered function/op"):
         ort.InferenceSession("dual_residual.onnx", providers=["CPUExecutionProvider"])
+    # endregion
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
 
     # The stand-in for the target runtime's kernel; step 6 runs its model with it too.
+    # region cst_dual_residual
     @onnx_op(
         op_type="rknn_cst::cstDualResidual",
         inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
@@ -296,12 +300,15 @@ def step4_run():
     def cst_dual_residual(x, y, alpha):
         alpha = np.float32(alpha)
         return x * alpha - y, y * alpha - x
+    # endregion
 
+    # region step4-2
     feeds = {"x": inputs[0].numpy(), "y": inputs[1].numpy()}
     for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
         actual = ortx_session(path).run(None, feeds)
         for name, got, expected in zip(["x_res", "y_res"], actual, model(*inputs), strict=True):
             compare(f"{path} {name}", got, expected, rtol=1e-6, atol=1e-6)
+    # endregion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,17 +316,22 @@ def step4_run():
 # ---------------------------------------------------------------------------------------------
 
 
+# region FooModel
 class FooModel(torch.nn.Module):
     def forward(self, x, y):
         return torch.ops.cst_legacy.foo_forward(x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3])
+# endregion
 
 
+# region foo_forward_with_fs
 @parse_args("v", "v", "f", "i", "s", "fs", "is")
 def foo_forward_with_fs(g, x, y, alpha, beta, mode, scales, dims):
     attributes = {"alpha_f": alpha, "beta_i": beta, "mode_s": mode, "scales_f": scales}
     return g.op("rknn_cst::Foo", x, y, dims_i=dims, **attributes)
+# endregion
 
 
+# region foo_forward_symbolic
 @parse_args("v", "v", "f", "i", "s", "v", "is")
 def foo_forward_symbolic(g, x, y, alpha, beta, mode, scales, dims):
     # Take the float list as "v" and read each element's constant.
@@ -339,8 +351,10 @@ def foo_forward_symbolic(g, x, y, alpha, beta, mode, scales, dims):
     shape = [1 if axis in dims else size for axis, size in enumerate(x.type().sizes())]
     out.setType(x.type().with_sizes(shape))
     return out
+# endregion
 
 
+# region Foo
 class Foo(OpRun):
     """rknn_cst::Foo for onnx.reference.ReferenceEvaluator: it reads every attribute kind."""
 
@@ -350,12 +364,14 @@ class Foo(OpRun):
         z = x * np.float32(alpha) + (-1 if mode == "sub" else 1) * y * np.float32(beta)
         z = z * np.asarray(scales, dtype=x.dtype).reshape(1, -1, 1, 1)
         return (z.sum(axis=tuple(dims), keepdims=True),)
+# endregion
 
 
 def step5_attributes():
     """Attributes of every kind: cst_legacy::foo_forward (dynamo=False)"""
     need_step1_ops()
     with harness.quiet() as dump:  # the exporter's graph dumps, as in step 2
+        # region step5
         foo_model = FooModel().eval()
         foo_inputs = (torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5))
         register_custom_op_symbolic("cst_legacy::foo_forward", foo_forward_with_fs, 12)
@@ -363,10 +379,12 @@ def step5_attributes():
             torch.onnx.export(
                 foo_model, foo_inputs, "failures/foo.onnx", dynamo=False, opset_version=12
             )
+        # endregion
     other_dumps = held_back(dump[0])
     if other_dumps:  # torch 2.4: no dump; torch 2.15: two
         harness.differs(other_dumps)
 
+    # region step5-2
     register_custom_op_symbolic("cst_legacy::foo_forward", foo_forward_symbolic, 12)
     torch.onnx.export(
         foo_model,
@@ -377,8 +395,10 @@ def step5_attributes():
         custom_opsets={"rknn_cst": 1},
         input_names=["x", "y"],
     )
+    # endregion
     exported = harness.show("failures/foo_all_attributes.onnx")
 
+    # region step5-3
     foo_onnx = onnx.load("failures/foo_all_attributes.onnx")
     (foo_node,) = foo_onnx.graph.node
     kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute}
@@ -387,6 +407,7 @@ def step5_attributes():
     (foo_actual,) = ReferenceEvaluator(foo_onnx, new_ops=[Foo]).run(None, feeds)
     expected = foo_model(*foo_inputs)
     compare("failures/foo_all_attributes.onnx", foo_actual, expected, rtol=1e-5, atol=1e-5)
+    # endregion
 
     assert kinds == {
         "alpha": "FLOAT",
@@ -403,13 +424,16 @@ def step5_attributes():
 # ---------------------------------------------------------------------------------------------
 
 
+# region dual_residual_no_schema
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
 
 
 def dual_residual_no_schema(x, y, alpha: float):
     return rknn_cst.cstDualResidual(x, y, alpha=alpha)
+# endregion
 
 
+# region dual_residual_translation
 # The node's ONNX schema, kept local: it tells onnxscript that the node has two outputs.
 Parameter = onnx.defs.OpSchema.FormalParameter
 dual_residual_schema = onnx.defs.OpSchema(
@@ -426,15 +450,18 @@ cstDualResidual = onnxscript.values.Op(rknn_cst, "cstDualResidual", dual_residua
 
 def dual_residual_translation(x, y, alpha: float):
     return cstDualResidual(x, y, alpha=alpha)
+# endregion
 
 
 # What torch 2.8's draft export ends with (step 6), and every torch without a translation
 NO_TRANSLATION = "No ONNX function found for <OpOverload(op='cst.dual_residual'"
 
 
+# region LegacyDualResidualModel
 class LegacyDualResidualModel(torch.nn.Module):
     def forward(self, x, y):
         return torch.ops.cst_legacy.dual_residual(x, y, 0.5)
+# endregion
 
 
 @harness.needs_torch(
@@ -459,25 +486,38 @@ def step6_dynamo():
             torch.onnx.export(model, inputs, dynamo=True, verbose=False)
         print(f"  draft export logged: ... {report} ...")
     else:
+        # region step6
         with expect_error("UnsupportedOperatorException'>: cst.dual_residual.default"):
             torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+        # endregion
+    # region step6-2
     with expect_error("UnsupportedOperatorException: cst.dual_residual.default"):
         torch.export.export(model, inputs, strict=False)
+    # endregion
 
+    # region _
     @torch.library.register_fake("cst::dual_residual")
     def _(x, y, alpha):
         return torch.empty_like(x), torch.empty_like(y)
+    # endregion
 
+    # region step6-3
     checks = torch.library.opcheck(torch.ops.cst.dual_residual.default, (*inputs, 0.5))
     print("  opcheck:", ", ".join(f"{test}: {result}" for test, result in checks.items()))
+    # endregion
 
+    # region step6-4
     with expect_error("No ONNX function found for <OpOverload(op='cst.dual_residual'"):
         torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+    # endregion
 
+    # region step6-5
     table = {torch.ops.cst.dual_residual.default: dual_residual_no_schema}
     with expect_error("No schema registered for 'cstDualResidual' version '1'"):
         torch.onnx.export(model, inputs, dynamo=True, verbose=False, custom_translation_table=table)
+    # endregion
 
+    # region step6-6
     onnx_program = torch.onnx.export(
         model,
         inputs,
@@ -489,6 +529,7 @@ def step6_dynamo():
     )
     onnx_program.save("dual_residual_dynamo.onnx")
     print(onnx.printer.to_text(onnx_program.model_proto.graph))
+    # endregion
 
     exported = onnx.load("dual_residual_dynamo.onnx")
     onnx.checker.check_model(exported, full_check=True)
@@ -501,18 +542,24 @@ def step6_dynamo():
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
 
+    # region step6-7
     onnx_program.initialize_inference_session(ortx_session)  # runs step 4's @onnx_op kernel
     assert_onnx_program(onnx_program, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
     print("  dual_residual_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
+    # endregion
 
+    # region step6-8
     legacy_model = LegacyDualResidualModel().eval()
     legacy_program = torch.onnx.export(legacy_model, inputs, dynamo=True, verbose=False)
     print("  the custom node is gone:", [n.op_type for n in legacy_program.model_proto.graph.node])
     assert_onnx_program(legacy_program, rtol=1e-6, atol=1e-6)  # right numbers, no custom node
     legacy_program.save("failures/dual_residual_traced_through.onnx")
+    # endregion
 
+    # region step6-9
     dispatch = torch._C._dispatch_dump("cst_legacy::dual_residual")
     print(" ", next(line for line in dispatch.splitlines() if "CompositeImplicitAutograd" in line))
+    # endregion
 
     traced = harness.show("failures/dual_residual_traced_through.onnx")
     assert [n.op_type for n in traced.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
@@ -524,6 +571,7 @@ def step6_dynamo():
     decomposed = call_targets(captured.run_decompositions())
     assert not any(t.startswith("cst_legacy.") for t in decomposed), decomposed
 
+    # region step6-10
     legacy_table = {torch.ops.cst_legacy.dual_residual.default: dual_residual_translation}
     legacy_kept = torch.onnx.export(
         legacy_model,
@@ -539,6 +587,7 @@ def step6_dynamo():
     legacy_kept.initialize_inference_session(ortx_session)
     assert_onnx_program(legacy_kept, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
     print("  dual_residual_legacy_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
+    # endregion
 
     kept = onnx.load("dual_residual_legacy_dynamo.onnx")
     onnx.checker.check_model(kept, full_check=True)
@@ -556,6 +605,7 @@ def step6_dynamo():
 # ---------------------------------------------------------------------------------------------
 
 
+# region custom_nodes
 def custom_nodes(path):
     """Print what a runtime must provide to run PATH: each node outside ONNX's own domains."""
     model_proto = onnx.load(path)
@@ -569,6 +619,7 @@ def custom_nodes(path):
             op = f"{node.domain}::{node.op_type} version {versions[node.domain]}"
             counts = f"{len(node.input)} inputs, {len(node.output)} outputs"
             print(f"  {path} needs {op}:\n    {counts}, attributes {', '.join(attributes)}")
+# endregion
 
 
 def step7_deploy():
@@ -583,8 +634,10 @@ def step7_deploy():
     missing = [path for path in models if not os.path.isfile(path)]
     if missing:
         raise harness.Skip(f"needs the models of steps 3 and 6: {', '.join(missing)}")
+    # region step7
     for path in ["dual_residual.onnx", "dual_residual_dynamo.onnx"]:
         custom_nodes(path)
+    # endregion
 
 
 # ---------------------------------------------------------------------------------------------

@@ -43,43 +43,35 @@ def test_example_folder_has_readme_and_test(name):
 
 
 HARNESS = (ROOT / "harness.py").read_text(encoding="utf-8")
-PAGE_HELPERS = ("expect_error", "run_ort", "compare")  # what pages define for themselves, by the same name
+
+
+def test_the_pages_are_what_pages_py_writes():
+    """Every page's code is its folder's test.py regions (page_helpers.py's for the helpers), as
+    `python pages.py` writes them: `python pages.py --check` passes."""
+    import pages
+
+    assert pages.main(["--check"]) == 0, "a page's code differs from test.py: run python pages.py"
+
+
+INCLUDE = re.compile(r"^<!-- \{\{\{cog (include\(.*\)|output\(\)) \}\}\} -->$", re.M)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_readme_blocks_are_in_test_py(name):
-    """A README block is what readers copy: every one, of any length, the imports and the page's helpers
-    included, is code test.py runs, word for word (whitespace folded: a block may stand indented there)."""
-    code = " ".join((ROOT / name / "test.py").read_text(encoding="utf-8").split())
-    drifted = [
-        first_code_line(block)
-        for blocks in page_parts(name)
-        for block in blocks
-        if " ".join(block.split()) not in code
-    ]
-    assert not drifted, (
-        f"{name}/README.md blocks not found word for word in test.py, starting: {drifted}"
+def test_every_block_comes_from_test_py(name):
+    """Each python block of both pages is generated (none written by hand), both pages include the
+    same regions in the same order, and every region of test.py is on the pages."""
+    import pages
+
+    english, chinese = (
+        (ROOT / name / page).read_text(encoding="utf-8") for page in ("README.md", "README.zh-CN.md")
     )
-
-
-def page_helpers() -> dict[str, set[str]]:
-    """helper name -> every source of it on the pages (one, when the pages agree)."""
-    found: dict[str, set[str]] = {helper: set() for helper in PAGE_HELPERS}
-    for name in EXAMPLES:
-        for block in (block for blocks in page_parts(name) for block in blocks):
-            for node in ast.parse(block).body:
-                if isinstance(node, ast.FunctionDef) and node.name in found:
-                    found[node.name].add(ast.get_source_segment(block, node))
-    return found
-
-
-def test_the_pages_define_their_helpers_alike():
-    """Each page defines expect_error, run_ort and compare for itself (a pasted page runs alone): the same
-    code on every page that has it, so a fix to one reaches all of them."""
-    found = page_helpers()
-    assert all(found.values()), f"no page defines {[h for h, sources in found.items() if not sources]}"
-    differing = [helper for helper, sources in found.items() if len(sources) > 1]
-    assert not differing, f"these helpers differ between pages: {differing}"
+    directives = INCLUDE.findall(english)
+    assert directives == INCLUDE.findall(chinese), f"{name}: the two pages include different code"
+    generated = [d for d in directives if d.startswith("include(")]
+    assert len(generated) == len(python_blocks(english)), f"{name}: a python block not from test.py"
+    included = set(re.findall(r'"([^"]+)"', " ".join(d for d in generated if "source=" not in d)))
+    unused = set(pages.regions(ROOT / name / "test.py")) - included
+    assert not unused, f"{name}/test.py has regions no page shows: {sorted(unused)}"
 
 
 def bound_names(tree: ast.Module) -> dict[str, str]:
@@ -100,66 +92,6 @@ def test_page_code_never_imports_the_harness():
     for name in EXAMPLES:
         for blocks in page_parts(name):
             assert "harness" not in bound_names(ast.parse("\n".join(blocks))), name
-
-
-# GitHub's code column shows 98 characters of a line (measured with ../shared/tools/pages/check_pages):
-# every line of every fenced block (python, expected output, shell) fits, with a margin.
-COLUMN = 96
-
-
-@pytest.mark.parametrize(
-    "page", [p.relative_to(ROOT) for p in [*ROOT.glob("*.md"), *ROOT.glob("*/*.md")]], ids=str
-)
-def test_code_blocks_fit_the_column(page):
-    text = (ROOT / page).read_text(encoding="utf-8")
-    long = [
-        line
-        for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M)
-        for line in block.splitlines()
-        if len(line) > COLUMN
-    ]
-    assert not long, (
-        f"{page}: {len(long)} code lines longer than {COLUMN} characters, e.g. {long[0]!r}"
-    )
-
-
-def words(text: str) -> int:
-    """Prose words as ../shared/tools/pages/check_pages counts them: English words, and each CJK character."""
-    return len(re.findall(r"[A-Za-z0-9_'.-]+", text)) + sum("\u4e00" <= c <= "\u9fff" for c in text)
-
-
-def prose(text: str) -> str:
-    text = re.sub(r"```.*?```", "", text, flags=re.S)
-    return re.sub(r"<details>.*?</details>", "", text, flags=re.S)
-
-
-FOLDER_PAGES = [
-    p.relative_to(ROOT) for p in sorted(ROOT.glob("*/README*.md")) if p.parent.name in EXAMPLES
-]
-
-
-@pytest.mark.parametrize("page", FOLDER_PAGES, ids=str)
-def test_the_lesson_comes_first(page):
-    """At most 250 prose words before step 1: the error, the way out for each exporter (each linked to the step
-    that fixes it), what the reader will have, and how to run it. An English page is at most 2,500 prose words
-    outside <details> blocks."""
-    text = prose((ROOT / page).read_text(encoding="utf-8"))
-    step1 = re.search(r"^## 1\. ", text, re.M)
-    assert step1, f"{page} has no '## 1.' step"
-    opening = text[: step1.start()]
-    assert words(opening) <= 250, (
-        f"{page}: {words(opening)} prose words before step 1 (at most 250)"
-    )
-    assert "`dynamo=True`" in opening and "`dynamo=False`" in opening, (
-        f"{page}: the opening names no exporter"
-    )
-    assert re.search(r"\]\(#\d+-", opening), f"{page}: the opening links no step"
-    run = "## Run" if page.name == "README.md" else "## 运行"
-    assert f"\n{run}\n" in opening, f"{page}: no '{run}' heading before step 1"
-    if page.name == "README.md":
-        assert words(text) <= 2500, (
-            f"{page}: {words(text)} prose words outside <details> (at most 2,500)"
-        )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -311,7 +243,10 @@ def expected_output(name: str) -> str:
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_readme_expected_output_is_what_test_py_prints(example_run, name):
     """Each line of the README's expected output (split at its "..." elisions) is in the real output."""
-    output = example_run(name).output
+    import pages
+
+    result = example_run(name)
+    output = pages.normalize(result.output, str(result.out))
     missing = [
         fragment.strip()
         for line in expected_output(name).splitlines()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import onnx
 import onnx_ir
@@ -11,13 +13,13 @@ import torch
 from conftest import load_example, passed
 from onnx import AttributeProto
 
-NAME = "onnxscript_function"
+from harness import opsets_of as opsets
 
+NAME = "onnxscript_function"
 # The tolerances the README states and test.py uses: see its steps 1, 3 and 4.
 SELU_MODELS = ["selu_function.onnx", "selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"]
 SELU_RTOL, SELU_ATOL = 1e-6, 1e-6
 SEEDS = range(20)
-
 
 example = load_example(NAME)
 
@@ -27,76 +29,33 @@ def run(example_run):
     return passed(example_run(NAME))
 
 
-def opsets(proto):
-    return {o.domain: o.version for o in proto.opset_import}
-
-
-def run_model(run, filename, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(run.out / filename), providers=["CPUExecutionProvider"])
-    (output,) = session.run(None, {"input": x})
-    return output
-
-
 def test_selu_function_is_in_the_model(run):
     model = run.model("selu_function.onnx")
-    (node,) = model.graph.node
-    assert (node.domain, node.op_type) == ("custom-onnx-script", "Selu")
-    (function,) = model.functions
-    assert (function.domain, function.name) == ("custom-onnx-script", "Selu")
-    assert opsets(model) == {"": 15, "custom-onnx-script": 1}
-    assert opsets(function) == {"": 15}  # the same opset as the model
+    (node,), (function,) = model.graph.node, model.functions
+    assert (node.domain, node.op_type, function.domain, function.name) == ("custom-onnx-script", "Selu") * 2
+    assert opsets(model) == {"": 15, "custom-onnx-script": 1} and opsets(function) == {"": 15}  # the model's opset
     assert {"CastLike", "Exp", "Where"} <= {n.op_type for n in function.node}
 
 
 def test_source_function_uses_castlike_at_opset_14(run):
-    model = run.model("failures/selu_function_opset14.onnx")
-    (function,) = model.functions
-    assert opsets(function) == {"": 14}
-    assert "CastLike" in {n.op_type for n in function.node}  # CastLike arrived in opset 15
-
-
-def test_registration_above_the_export_opset_is_skipped(run):
-    model = run.model("failures/selu_registered_above_export_opset.onnx")
-    assert [(n.domain, n.op_type) for n in model.graph.node] == [("", "Selu")]
-    assert not model.functions
+    (function,) = run.model("failures/selu_function_opset14.onnx").functions
+    assert opsets(function) == {"": 14} and "CastLike" in {n.op_type for n in function.node}  # CastLike: opset 15
 
 
 def test_threshold_function_keeps_name_and_attributes(run):
     model = run.model("threshold_function.onnx")
-    (node,) = model.graph.node
-    assert (node.domain, node.op_type) == ("rknn_cst", "cstThreshold")
-    attrs = {a.name: a for a in node.attribute}
-    assert attrs["threshold"].type == AttributeProto.FLOAT and attrs[
-        "threshold"
-    ].f == pytest.approx(0.1)
-    assert attrs["value"].type == AttributeProto.FLOAT and attrs["value"].f == 20.0
-    (function,) = model.functions
-    assert (function.domain, function.name) == ("rknn_cst", "cstThreshold")
-    assert list(function.attribute) == ["threshold", "value"]
-    assert opsets(model) == {"": 15, "rknn_cst": 1}
-
-
-@pytest.mark.parametrize(
-    "filename", ["selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"]
-)
-def test_dynamo_translation_is_inlined(run, filename):
-    model = run.model(filename)
-    ops = [n.op_type for n in model.graph.node]
-    assert {"Exp", "Where"} <= set(ops) and "Selu" not in ops
-    assert not model.functions
+    (node,), (function,) = model.graph.node, model.functions
+    assert (node.domain, node.op_type, function.domain, function.name) == ("rknn_cst", "cstThreshold") * 2
+    attrs = {a.name: (a.type, a.f) for a in node.attribute}
+    assert attrs == {"threshold": (AttributeProto.FLOAT, pytest.approx(0.1)), "value": (AttributeProto.FLOAT, 20.0)}
+    assert list(function.attribute) == ["threshold", "value"] and opsets(model) == {"": 15, "rknn_cst": 1}
 
 
 def test_dynamo_translations_name_their_parameter_as_the_aten_schema():
     """torch 2.8 skips a custom translation whose parameter names differ from the op's schema (README step 4)."""
-    import inspect
-
     schema = [argument.name for argument in torch.ops.aten.selu.default._schema.arguments]
     assert schema == ["self"]
-    for translation in (
-        example.selu_translation,
-        example.SeluScriptAnnotated.function,
-        example.SeluScript.function,
-    ):
+    for translation in (example.selu_translation, example.SeluScriptAnnotated.function, example.SeluScript.function):
         assert list(inspect.signature(translation).parameters) == schema, translation.__name__
 
 
@@ -104,73 +63,40 @@ def test_dynamo_translations_name_their_parameter_as_the_aten_schema():
 
 
 def random_inputs(seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [
-        rng.uniform(-6.0, 6.0, (2, 3, 16)).astype(np.float32),  # the example's range
-        (rng.standard_normal((2, 3, 16)) * 10).astype(np.float32),  # wider
-        (rng.standard_normal((2, 3, 16)) * 1e-3).astype(
-            np.float32
-        ),  # near 0, where exp(x) - 1 cancels
-    ]
+    rng, shape = np.random.default_rng(seed), (2, 3, 16)
+    # the example's range; wider; near 0, where exp(x) - 1 cancels
+    inputs = [rng.uniform(-6.0, 6.0, shape), rng.standard_normal(shape) * 10, rng.standard_normal(shape) * 1e-3]
+    return [x.astype(np.float32) for x in inputs]
 
 
-SPECIAL = np.resize(
-    np.array(
-        [
-            np.nan,
-            np.inf,
-            -np.inf,
-            0.0,
-            -0.0,
-            1e-30,
-            -1e-30,
-            -1e-7,
-            -1e-6,
-            1e30,
-            -1e30,
-            -88.0,
-            -104.0,
-            88.0,
-        ],
-        dtype=np.float32,
-    ),
-    (2, 3, 16),
-)
+SPECIAL_VALUES = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, -1e-7, -1e-6, 1e30, -1e30, -88.0, -104.0, 88.0]
+SPECIAL = np.resize(np.array(SPECIAL_VALUES, dtype=np.float32), (2, 3, 16))
+INPUTS = [*(x for seed in SEEDS for x in random_inputs(seed)), SPECIAL]
+
+
+def run_model(run, filename, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(str(run.out / filename), providers=["CPUExecutionProvider"])
+    return session.run(None, {"input": x})[0]
 
 
 @pytest.mark.parametrize("filename", SELU_MODELS)
 def test_selu_models_match_torch_on_random_and_special_inputs(run, filename):
     largest = 0.0
-    for x in [*(x for seed in SEEDS for x in random_inputs(seed)), SPECIAL]:
+    for x in INPUTS:
         expected = torch.nn.SELU()(torch.from_numpy(x)).numpy()
         actual = run_model(run, filename, x)
-        np.testing.assert_allclose(
-            actual, expected, rtol=SELU_RTOL, atol=SELU_ATOL, err_msg=filename
-        )
+        np.testing.assert_allclose(actual, expected, rtol=SELU_RTOL, atol=SELU_ATOL, err_msg=filename)
         finite = np.isfinite(expected)
-        largest = max(
-            largest, float(np.max(np.abs(actual[finite].astype(np.float64) - expected[finite])))
-        )
-    assert largest <= 2.5e-7, (
-        f"{filename}: largest difference {largest:.2e}, the README says 2.4e-7 at most"
-    )
+        largest = max(largest, float(np.max(np.abs(actual[finite].astype(np.float64) - expected[finite]))))
+    assert largest <= 2.5e-7, f"{filename}: largest difference {largest:.2e}, the README says 2.4e-7 at most"
 
 
 def test_threshold_function_is_exact_on_random_and_special_inputs(run):
-    model = torch.nn.Threshold(0.1, 20)
     threshold = np.float32(0.1)
-    edges = np.array(
-        [threshold, np.nextafter(threshold, 1), np.nextafter(threshold, -1), np.nan], np.float32
-    )
-    for x in [
-        *(x for seed in SEEDS for x in random_inputs(seed)),
-        SPECIAL,
-        np.resize(edges, (2, 3, 16)),
-    ]:
-        expected = model(torch.from_numpy(x)).numpy()
-        np.testing.assert_array_equal(
-            run_model(run, "threshold_function.onnx", x), expected
-        )  # NaN == NaN here
+    edges = np.array([threshold, np.nextafter(threshold, 1), np.nextafter(threshold, -1), np.nan], np.float32)
+    for x in [*INPUTS, np.resize(edges, (2, 3, 16))]:
+        expected = torch.nn.Threshold(0.1, 20)(torch.from_numpy(x)).numpy()
+        np.testing.assert_array_equal(run_model(run, "threshold_function.onnx", x), expected)  # NaN == NaN here
 
 
 def test_torch_selu_is_computed_with_expm1_near_zero():
@@ -179,12 +105,8 @@ def test_torch_selu_is_computed_with_expm1_near_zero():
     alpha, gamma = 1.6732632423543772, 1.0507009873554805
     with_expm1 = np.float32(gamma * alpha * np.expm1(np.float64(x.item())))
     assert torch.nn.SELU()(x).item() == pytest.approx(float(with_expm1), rel=1e-6)
-    as_the_function = np.float32(gamma) * (
-        np.float32(alpha) * np.exp(x.numpy()) - np.float32(alpha)
-    )
-    assert (
-        abs(float(as_the_function[0]) - float(with_expm1)) > 1e-7
-    )  # the cancellation the atol covers
+    as_the_function = np.float32(gamma) * (np.float32(alpha) * np.exp(x.numpy()) - np.float32(alpha))
+    assert abs(float(as_the_function[0]) - float(with_expm1)) > 1e-7  # the cancellation the atol covers
 
 
 # ---- The unannotated @onnxscript.script translation (README step 4) ----
@@ -194,13 +116,8 @@ def test_script_function_outputs_come_from_its_return_annotation():
     """The README's first cause: torch builds the call's signature from the annotations only."""
     from torch.onnx._internal.exporter import _schemas
 
-    def outputs(function):
-        return _schemas.op_signature_from_function(
-            function, "custom-onnx-script", function.name
-        ).outputs
-
-    assert len(outputs(example.SeluScript)) == 0  # no `-> ...`: a call with no output
-    assert len(outputs(example.SeluScriptAnnotated)) == 1
+    for function, count in [(example.SeluScript, 0), (example.SeluScriptAnnotated, 1)]:  # no `-> ...`: no output
+        assert len(_schemas.op_signature_from_function(function, "custom-onnx-script", function.name).outputs) == count
 
 
 # The failing form of the example, run here in the test process: when an onnxscript or torch release makes an
@@ -213,18 +130,11 @@ def test_script_function_outputs_come_from_its_return_annotation():
 )
 def test_unannotated_script_translation_exports(tmp_path):
     try:
-        program = torch.onnx.export(
-            torch.nn.SELU().eval(),
-            (torch.randn(2, 3),),
-            dynamo=True,
-            verbose=False,
-            custom_translation_table={torch.ops.aten.selu.default: example.SeluScript},
-        )
+        program = torch.onnx.export(torch.nn.SELU().eval(), (torch.randn(2, 3),), dynamo=True, verbose=False,
+                                    custom_translation_table={torch.ops.aten.selu.default: example.SeluScript})
     except onnx_ir.passes.PassError as error:
         cause = error.__cause__
-        assert isinstance(
-            cause, ValueError
-        ) and "The number of values and replacements must match" in str(cause), (
+        assert isinstance(cause, ValueError) and "The number of values and replacements must match" in str(cause), (
             f"a different PassError than the README describes: {error!r} caused by {cause!r}"
         )
         raise
