@@ -28,7 +28,7 @@ from onnx import numpy_helper
 
 ROOT = pathlib.Path(__file__).resolve().parent
 PICTURE = re.compile(
-    r"^<!-- graph: (?P<model>[^\s>]+\.onnx) -->\n```mermaid\n(?P<body>.*?)^```$", re.S | re.M
+    r"^<!-- graph: (?P<model>[^\s>]+\.onnx) -->\n\n```mermaid\n(?P<body>.*?)^```$", re.S | re.M
 )
 STANDARD_DOMAINS = ("", "ai.onnx")
 SIDEWAYS = 5  # a graph with more edges than this (or with functions) is drawn top to bottom
@@ -235,7 +235,7 @@ def redraw(readme: str, models: pathlib.Path) -> str:
         path = models / match["model"]
         if not path.is_file():
             raise FileNotFoundError(f"no model {path}")
-        return f"<!-- graph: {match['model']} -->\n```mermaid\n{render_file(path)}```"
+        return f"<!-- graph: {match['model']} -->\n\n```mermaid\n{render_file(path)}```"  # a blank line: MD031
 
     return PICTURE.sub(replace, readme)
 

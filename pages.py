@@ -37,7 +37,8 @@ REGION = re.compile(r"^[ \t]*# region (\S+)\n(.*?)^[ \t]*# endregion\n", re.S | 
 VARIES = [
     (re.compile(r"max abs diff [-+.e0-9]+"), "max abs diff ..."),
     (re.compile(r"\b\d+(\.\d+)? s\b"), "... s"),  # a duration
-    (re.compile(r"(built|reused the cached build).*"), r"\1 ..."),  # cold or warm build cache
+    # a C++ build, cold or from the cache
+    (re.compile(r"^  (built \S+ in|reused the cached build) .*", re.M), "  built ... (or reused the cache)"),
 ]
 OUTPUTS: dict[pathlib.Path, str] = {}  # folder -> what its test.py printed, when it has run
 CHECK = False

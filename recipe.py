@@ -50,6 +50,7 @@ def main():
     def scaled_tanh_symbolic(g, x, scale):
         return g.op("demo::ScaledTanh", x, scale_f=scale).setType(x.type())
 
+    # the last argument: the first ONNX opset the symbolic serves
     torch.onnx.register_custom_op_symbolic("demo::scaled_tanh", scaled_tanh_symbolic, 1)
     torch.onnx.export(
         Model().eval(), (torch.randn(2, 8),), "scaled_tanh_torchscript.onnx", dynamo=False,

@@ -83,11 +83,12 @@ def verdict(text: str, word: str) -> str:
 def stop_group(proc: subprocess.Popen) -> None:
     """SIGTERM to the example's process group, SIGKILL to what is left of it after a grace (at once on another
     Ctrl-C); nothing once the group is empty. A zombie counts: where pid 1 reaps no orphans, it waits the grace."""
-    signals_before, deadline = len(STOP), time.monotonic() + GRACE_SECONDS
-    for signum in (signal.SIGTERM, signal.SIGKILL):
+    signals_before = len(STOP)
+    for signum, grace in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, 2)):  # SIGKILL: till they are gone
+        deadline = time.monotonic() + grace
         try:
             os.killpg(proc.pid, signum)  # start_new_session: the group's id is the example's pid
-            while time.monotonic() < deadline and len(STOP) == signals_before:
+            while time.monotonic() < deadline and (signum == signal.SIGKILL or len(STOP) == signals_before):
                 time.sleep(0.05)
                 proc.poll()  # reaps the example once it ends
                 os.killpg(proc.pid, 0)  # ProcessLookupError once the group is empty

@@ -2,9 +2,12 @@
 
 Run: python test.py [--out DIR] [-v]
 
-dynamo=False writes what a Function's `symbolic(g, ...)` builds in place of its forward: MyRelu
--> Clip, MyAdd -> Mul + Add, a C++ extension, a bicubic upsampler -> Resize with a factor input.
-dynamo=True ignores `symbolic`: there torch.onnx.ops.symbolic inside forward chooses the nodes.
+Steps 1-4, dynamo=True (the default): it ignores a Function's `symbolic` and traces `forward`, where
+a C++ call and a scale factor read from a tensor fail; torch.onnx.ops.symbolic inside forward
+writes the nodes instead (one node each, or one custom node with two outputs). Steps 5-8,
+dynamo=False: it writes what `symbolic(g, ...)` builds in place of forward: MyRelu -> Clip, MyAdd ->
+Mul + Add, a C++ extension, a bicubic upsampler -> Resize with a factor input. Step 9: one Function
+for both exporters; step 10: backward, which export never needs.
 Every python block of README.md is in this file.
 """
 
@@ -41,7 +44,7 @@ except ImportError:
         assert_onnx_program = None
 # endregion
 
-# 1. MyRelu -> Clip ----------------------------------------------------------------------------
+# 1. dynamo=True exports forward, not symbolic -------------------------------------------------
 
 
 # region MyRelu
@@ -52,12 +55,12 @@ class MyRelu(torch.autograd.Function):
         return x.clamp(min=0)
 
     @staticmethod
-    def backward(ctx, grad_output):  # needed for training only (step 5), never for export
+    def backward(ctx, grad_output):  # needed for training only (step 10), never for export
         (x,) = ctx.saved_tensors
         return grad_output * (x > 0).to(grad_output.dtype)
 
     @staticmethod
-    def symbolic(g, x):
+    def symbolic(g, x):  # dynamo=False only (step 5)
         # Clip's min must have x's dtype; x.type().dtype() reads it from the traced graph.
         zero = g.op("Constant", value_t=torch.tensor(0, dtype=x.type().dtype()))
         return g.op("Clip", x, zero)
@@ -69,57 +72,6 @@ class MyReluModel(torch.nn.Module):
 # endregion
 
 
-# region NoSymbolic
-class NoSymbolic(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clamp(min=0)
-
-
-class NoSymbolicModel(torch.nn.Module):
-    def forward(self, x):
-        return NoSymbolic.apply(x)
-# endregion
-
-
-def step1_my_relu():
-    """MyRelu -> Clip (dynamo=False)"""
-    # region step1
-    x = torch.randn(2, 3, 4)
-    torch.onnx.export(
-        MyReluModel(), (x,), "my_relu.onnx", dynamo=False, opset_version=17, input_names=["x"]
-    )
-    (actual,) = run_ort("my_relu.onnx", {"x": x.numpy()})
-    compare("my_relu.onnx", actual, MyReluModel()(x), rtol=0, atol=0)
-    # endregion
-
-    harness.show("my_relu.onnx")
-    assert harness.op_types("my_relu.onnx") == ["Constant", "Clip"]
-
-    with harness.quiet():  # torch 2.15 also prints the graphs it had built when the export failed
-        # region step1-2
-        os.makedirs("failures", exist_ok=True)  # failure demonstrations go there
-        # autograd_inlining=False (deprecated) keeps each Function as one prim::PythonOp node
-        with expect_error("Couldn't export Python operator NoSymbolic"):
-            torch.onnx.export(
-                NoSymbolicModel(),
-                (x,),
-                "failures/no_symbolic.onnx",
-                dynamo=False,
-                opset_version=17,
-                autograd_inlining=False,
-            )
-        # endregion
-    kept = io.BytesIO()  # the fix: MyRelu, with its symbolic, exports the same way as Clip
-    torch.onnx.export(MyReluModel(), (x,), kept, dynamo=False, autograd_inlining=False)
-    ops = [n.op_type for n in onnx.load_from_string(kept.getvalue()).graph.node]
-    assert ops == ["Constant", "Clip"], ops
-    print(f"  MyRelu with autograd_inlining=False: {ops} (its symbolic)")
-
-
-# 2. MyAdd (2a + b) and the dtype of constants -------------------------------------------------
-
-
 # region MyAdd
 class MyAdd(torch.autograd.Function):
     @staticmethod
@@ -127,7 +79,7 @@ class MyAdd(torch.autograd.Function):
         return 2 * a + b
 
     @staticmethod
-    def symbolic(g, a, b):
+    def symbolic(g, a, b):  # dynamo=False only (step 6)
         two = g.op("Constant", value_t=torch.tensor([2]))  # the source's constant: int64
         return g.op("Add", g.op("Mul", two, a), b)
 
@@ -138,94 +90,30 @@ class MyAddModel(torch.nn.Module):
 # endregion
 
 
-# region ClipFloat32Min
-class ClipFloat32Min(torch.autograd.Function):
-    """The source's MyRelu symbolic: a float32 min, whatever the input's dtype."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.clamp(min=0)
-
-    @staticmethod
-    def symbolic(g, x):
-        return g.op("Clip", x, g.op("Constant", value_t=torch.tensor(0, dtype=torch.float)))
-
-
-class ClipFloat32MinModel(torch.nn.Module):
-    def forward(self, x):
-        return ClipFloat32Min.apply(x)
-# endregion
-
-
-def step2_my_add():
-    """MyAdd (2a + b) -> Constant, Mul, Add (dynamo=False)"""
-    # region step2
-    for path, dtype in [
-        ("my_add_float32.onnx", torch.float32),
-        ("my_add_float64.onnx", torch.float64),
+@harness.needs_torch("2.8", "on 2.4 dynamo=True is the older dynamo_export; tested from 2.8")
+def step1_dynamo_traces_forward():
+    """dynamo=True exports forward, not symbolic"""
+    # region step1
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    for model, inputs, path in [
+        (MyReluModel(), (a,), "my_relu_dynamo.onnx"),
+        (MyAddModel(), (a, b), "my_add_dynamo.onnx"),
     ]:
-        a, b = torch.randn(2, 3, dtype=dtype), torch.randn(2, 3, dtype=dtype)
-        torch.onnx.export(
-            MyAddModel(), (a, b), path, dynamo=False, opset_version=17, input_names=["a", "b"]
-        )
-        (actual,) = run_ort(path, {"a": a.numpy(), "b": b.numpy()})
-        compare(path, actual, MyAddModel()(a, b), rtol=0, atol=0)
-        two = onnx.numpy_helper.to_array(onnx.load(path).graph.node[0].attribute[0].t)
-        print(f"  {path}: the exporter stored the constant as {two.dtype}, not int64")
+        onnx_program = torch.onnx.export(model.eval(), inputs, dynamo=True, verbose=False)
+        assert_onnx_program(onnx_program, rtol=0, atol=0)  # ONNX Runtime vs PyTorch, exactly
+        onnx_program.save(path)
+        ops = [node.op_type for node in onnx.load(path).graph.node]
+        print(f"  {path}: symbolic ignored, forward traced: {ops}; matches PyTorch")
     # endregion
 
         harness.show(path)
-        assert harness.op_types(path) == ["Constant", "Mul", "Add"], harness.op_types(path)
-        assert str(two.dtype) == str(dtype).removeprefix("torch.") and two.tolist() == [2], two
-
-    with harness.quiet() as held:  # torch 2.4's exporter warns about this model
-        # region step2-2
-        x64 = torch.randn(2, 3, dtype=torch.float64)
-        torch.onnx.export(
-            ClipFloat32MinModel(),
-            (x64,),
-            "failures/clip_float32_min_float64_input.onnx",
-            dynamo=False,
-            opset_version=17,
-            input_names=["x"],
-        )
-        # endregion
-    warning = "The exported ONNX model failed ONNX shape inference"
-    if harness.TORCH < (2, 5):  # the export runs the checker on what it wrote; 2.5 dropped that
-        assert warning in held[0], held[0]
-        harness.differs(f"the export itself warns: {warning}")
-    else:
-        assert warning not in held[0], held[0]  # the exporter writes the model without a word
-
-    # region step2-3
-    failed = "failures/clip_float32_min_float64_input.onnx"
-    with expect_error("min has inconsistent type tensor(float)"):
-        onnx.checker.check_model(onnx.load(failed), full_check=True)
-    with expect_error("Type parameter (T) of Optype (Clip) bound to different types"):
-        run_ort(failed, {"x": x64.numpy()})
-    # endregion
-
-    # region step2-4
-    torch.onnx.export(
-        MyReluModel(),
-        (x64,),
-        "my_relu_float64.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["x"],
-    )
-    (actual,) = run_ort("my_relu_float64.onnx", {"x": x64.numpy()})
-    compare("my_relu_float64.onnx", actual, MyReluModel()(x64), rtol=0, atol=0)
-    # endregion
-
-    model = harness.show("my_relu_float64.onnx")
-    zero = onnx.numpy_helper.to_array(model.graph.node[0].attribute[0].t)
-    assert zero.dtype == np.float64, zero.dtype  # step 1's fix: the constant takes x's dtype
+    assert harness.op_types("my_relu_dynamo.onnx") == ["Max"]
+    assert harness.op_types("my_add_dynamo.onnx") == ["Mul", "Add"]
 
 
-# 3. A C++ extension wrapped in a Function -----------------------------------------------------
+# 2. dynamo=True: a C++ extension and torch.onnx.ops.symbolic ----------------------------------
 
-# region step3
+# region MY_ADD_CPP
 MY_ADD_CPP = r"""
 // 2a + b as a hand-written kernel computes it: allocate the output (an ATen call), then fill
 // it element by element through raw pointers (no ATen call: nothing a tracer could record).
@@ -247,47 +135,18 @@ torch::Tensor my_add_aten(torch::Tensor a, torch::Tensor b) {
 """
 # endregion
 
-my_lib = None  # the compiled extension: step 3 builds it, step 6 uses it again
+my_lib = None  # the compiled extension: step 2 builds it, step 7 uses it again
 
 
-# region DirectCall
-class DirectCall(torch.nn.Module):
-    def __init__(self, kernel) -> None:
-        super().__init__()
-        self.kernel = kernel  # a C++ function, called as it is: no Function around it
-
-    def forward(self, a, b):
-        return self.kernel(a, b)
-# endregion
-
-
-# region MyAddCpp
-class MyAddCpp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        return my_lib.my_add(a, b)  # the exporter cannot see into C++; symbolic says what it is
-
-    @staticmethod
-    def symbolic(g, a, b):
-        two = g.op("Constant", value_t=torch.tensor(2, dtype=a.type().dtype()))
-        return g.op("Add", g.op("Mul", two, a), b)
-
-
-class MyAddCppModel(torch.nn.Module):
-    def forward(self, a, b):
-        return MyAddCpp.apply(a, b)
-# endregion
-
-
-def step3_cpp_extension():
-    """A C++ extension wrapped in a Function (dynamo=False)"""
+def build_my_lib():
+    """Compile MY_ADD_CPP into my_lib (step 2, or step 7 where step 2 did not run)."""
     global my_lib
     problem = harness.build_problem()
     if problem:
         raise harness.Skip(problem)
 
     with harness.quiet():  # torch 2.4 prints "No CUDA runtime is found" at the import
-        # region step3-2
+        # region build
         logging.getLogger("torch.utils.cpp_extension").addFilter(
             lambda record: "No CUDA runtime" not in record.msg
         )
@@ -307,72 +166,95 @@ def step3_cpp_extension():
             print(f"  reused the cached build {my_lib.__file__} ({time.time() - started:.1f} s)")
         # endregion
 
-    # region step3-3
-    a, b = torch.randn(2, 3), torch.randn(2, 3)
-    torch.testing.assert_close(my_lib.my_add(a, b), 2 * a + b)  # the kernel itself is right
-    torch.onnx.export(
-        DirectCall(my_lib.my_add),
-        (a, b),
-        "failures/my_add_cpp_direct.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["a", "b"],
-    )
-    direct = onnx.load("failures/my_add_cpp_direct.onnx")
-    constant = onnx.numpy_helper.to_array(direct.graph.node[0].attribute[0].t)
-    inputs = [i.name for i in direct.graph.input]
-    print(f"  my_add_cpp_direct.onnx: inputs {inputs}, output Constant {constant.tolist()}")
-    # endregion
 
-    harness.show("failures/my_add_cpp_direct.onnx")
-    assert not inputs and harness.op_types("failures/my_add_cpp_direct.onnx") == ["Constant"]
-    assert not constant.any(), f"expected zeros (empty_like exported as zeros), got {constant}"
+# region MyAddCpp
+class MyAddCpp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return my_lib.my_add(a, b)  # the exporter cannot see into C++; symbolic says what it is
 
-    traced_as = "does not match the corresponding output of the Python function"
-    with harness.quiet(traced_as):  # torch.jit.trace runs its graph again, to check it
-        # region step3-4
-        # What dynamo=False's tracer records: each ATen op that runs, also those C++ code calls
-        for name in ("my_add", "my_add_aten"):
-            graph = torch.jit.trace(getattr(my_lib, name), (a, b)).graph
-            kinds = [node.kind() for node in graph.nodes() if node.kind() != "prim::Constant"]
-            print(f"  my_lib.{name} traced as {kinds}")
+    @staticmethod
+    def symbolic(g, a, b):  # dynamo=False only (step 7)
+        two = g.op("Constant", value_t=torch.tensor(2, dtype=a.type().dtype()))
+        return g.op("Add", g.op("Mul", two, a), b)
+
+
+class MyAddCppModel(torch.nn.Module):
+    def forward(self, a, b):
+        return MyAddCpp.apply(a, b)
+# endregion
+
+
+# region MyAddOnnxOps
+class MyAddOnnxOps(torch.nn.Module):
+    def forward(self, a, b):
+        if torch.onnx.is_in_onnx_export():  # torch.onnx.export is running (either exporter)
+            # Each call becomes exactly one ONNX node; dtype and shape describe its output.
+            two = torch.tensor(2, dtype=a.dtype)
+            doubled = torch.onnx.ops.symbolic("Mul", (two, a), dtype=a.dtype, shape=a.shape)
+            return torch.onnx.ops.symbolic("Add", (doubled, b), dtype=a.dtype, shape=a.shape)
+        return my_lib.my_add(a, b)  # outside the export: the C++ kernel, as before
+# endregion
+
+
+@harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
+def step2_cpp_dynamo():
+    """dynamo=True: a C++ extension and torch.onnx.ops.symbolic"""
+    build_my_lib()
+
+    warned = "Dynamo does not know how to trace the builtin"
+    with harness.quiet(warned):  # the warning comes from the second try, strict=True
+        # region step2
+        a, b = torch.randn(2, 3), torch.randn(2, 3)
+        torch.testing.assert_close(my_lib.my_add(a, b), 2 * a + b)  # the kernel itself is right
+        with expect_error("but its data is not allocated yet"):
+            torch.onnx.export(MyAddCppModel().eval(), (a, b), dynamo=True, verbose=False)
         # endregion
-    print(f"  torch.jit.trace warned: Output nr 1. of the traced function {traced_as}")
+    show_the_two_tries(MyAddCppModel().eval(), (a, b), warned)
 
-    # region step3-5
-    torch.onnx.export(
-        DirectCall(my_lib.my_add_aten),
-        (a, b),
-        "my_add_aten_direct.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["a", "b"],
-    )
-    (actual,) = run_ort("my_add_aten_direct.onnx", {"a": a.numpy(), "b": b.numpy()})
-    compare("my_add_aten_direct.onnx", actual, 2 * a + b, rtol=0, atol=0)
+    # region step2-2
+    onnx_program = torch.onnx.export(MyAddOnnxOps().eval(), (a, b), dynamo=True, verbose=False)
+    onnx_program.save("my_add_onnx_ops_dynamo.onnx")
+    ops = [node.op_type for node in onnx.load("my_add_onnx_ops_dynamo.onnx").graph.node]
+    print(f"  my_add_onnx_ops_dynamo.onnx: torch.onnx.ops.symbolic wrote {ops}")
+    (actual,) = run_ort("my_add_onnx_ops_dynamo.onnx", {"a": a.numpy(), "b": b.numpy()})
+    compare("my_add_onnx_ops_dynamo.onnx", actual, MyAddOnnxOps()(a, b), rtol=0, atol=0)
     # endregion
 
-    harness.show("my_add_aten_direct.onnx")
-    assert harness.op_types("my_add_aten_direct.onnx")[-2:] == ["Mul", "Add"]
-
-    # region step3-6
-    torch.onnx.export(
-        MyAddCppModel(),
-        (a, b),
-        "my_add_cpp.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["a", "b"],
-    )
-    (actual,) = run_ort("my_add_cpp.onnx", {"a": a.numpy(), "b": b.numpy()})
-    compare("my_add_cpp.onnx", actual, MyAddCppModel()(a, b), rtol=0, atol=0)
-    # endregion
-
-    harness.show("my_add_cpp.onnx")  # standard ops only: plain ONNX Runtime runs it
-    assert harness.op_types("my_add_cpp.onnx") == ["Constant", "Mul", "Add"]
+    written = harness.show("my_add_onnx_ops_dynamo.onnx")
+    opset = 18 if harness.TORCH < (2, 9) else 20  # dynamo=True's default opset (Notes)
+    assert ops == ["Mul", "Add"] and harness.opsets_of(written)[""] == opset, ops
+    # Why not assert_onnx_program: in the exported program, torch.onnx.ops.symbolic gives zeros
+    placeholder = onnx_program.exported_program.module()(a, b)
+    assert not placeholder.any(), placeholder
+    print("  the exported program computes zeros in place of each torch.onnx.ops node")
 
 
-# 4. Super-resolution with a run-time scale factor ---------------------------------------------
+def show_the_two_tries(model, inputs, warned):
+    """dynamo=True tries torch.export.export with strict=False (no Dynamo), then strict=True
+    (Dynamo), and raises the first try's error: each try's error and warnings, in that order."""
+    tries = []
+    torch._dynamo.utils.warn_once_cache.clear()  # Dynamo warns once per process: warn again here
+    for strict in (False, True):
+        with harness.quiet() as held:  # what each try logs and warns
+            try:
+                torch.export.export(model, inputs, strict=strict)
+            except Exception as error:  # noqa: BLE001 - each try's error is what is shown
+                failed = error
+            else:
+                raise AssertionError(f"torch.export.export(strict={strict}) did not fail")
+        tries.append((str(failed), held))
+    (first, first_held), (second, second_held) = tries
+    assert "but its data is not allocated yet" in first, first
+    assert warned not in first_held[0], first_held[0]  # no Dynamo in the first try
+    assert "Attempted to call function marked as skipped" in second, second
+    assert warned in second_held[0], second_held[0]
+    print("  1st try, strict=False (no Dynamo): ... its data is not allocated yet.")
+    print(f"  2nd try, strict=True: UserWarning: {warned} `...my_add.`")
+    print("    then Unsupported: Attempted to call function marked as skipped")
+
+
+# 3. dynamo=True: super-resolution with a run-time scale factor --------------------------------
 
 
 # region BicubicUpsample
@@ -384,7 +266,7 @@ class BicubicUpsample(torch.autograd.Function):
         return F.interpolate(x, scale_factor=factors, mode="bicubic", align_corners=False)
 
     @staticmethod
-    def symbolic(g, x, scales):
+    def symbolic(g, x, scales):  # dynamo=False only (step 8)
         no_roi = g.op("prim::Constant")  # Resize's optional roi input, left empty
         no_roi.setType(torch._C.OptionalType.ofTensor())
         return g.op(
@@ -418,107 +300,6 @@ class SuperResolution(torch.nn.Module):
 # endregion
 
 
-# region upsample_atol
-def upsample_atol(x):
-    """How far ONNX Runtime's cubic Resize may be from torch's bicubic interpolate on x
-    (float32). The derivation: Notes, Tolerances."""
-    eps = torch.finfo(torch.float32).eps
-    slope = 3 * 1.375  # the cubic kernel's largest sum of |w'| times its largest sum of |w|
-    # 16 eps: rounding 16 weights and their sum; 2 * slope * eps * size: the sampling position,
-    # rounded differently (up to eps * size), moves the result by at most slope, per axis
-    bound = (16 + 2 * slope * max(x.shape[-2:])) * eps * x.abs().max().item()
-    return float(f"{bound:.2g}")  # two significant digits: the margin is wide
-# endregion
-
-
-def step4_super_resolution():
-    """Super-resolution: bicubic upsample -> Resize with the factor as an input (dynamo=False)"""
-    with harness.quiet("Converting a tensor to a Python list"):  # TracerWarning: tolist()
-        # region step4
-        x = torch.rand(1, 3, 16, 16)
-        factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
-        torch.onnx.export(
-            FunctionUpsample(),
-            (x, factor3),
-            "bicubic_upsample.onnx",
-            dynamo=False,
-            opset_version=17,
-            input_names=["x", "factor"],
-            output_names=["y"],
-        )
-        for f in (2.0, 3.0):
-            scales = torch.tensor([1.0, 1.0, f, f])
-            feeds = {"x": x.numpy(), "factor": scales.numpy()}
-            (actual,) = run_ort("bicubic_upsample.onnx", feeds)
-            name, expected = f"bicubic_upsample.onnx, factor {f:g}", FunctionUpsample()(x, scales)
-            compare(name, actual, expected, rtol=0, atol=upsample_atol(x))
-        # endregion
-
-    harness.show("bicubic_upsample.onnx")
-    assert harness.op_types("bicubic_upsample.onnx") == ["Resize"]
-
-    with harness.quiet("Converting a tensor to a Python list"):
-        # region step4-2
-        sr = SuperResolution(FunctionUpsample()).eval()
-        torch.onnx.export(
-            sr,
-            (x, factor3),
-            "super_resolution.onnx",
-            dynamo=False,
-            opset_version=17,
-            input_names=["x", "factor"],
-            output_names=["y"],
-            # name y's sizes: left alone, the exporter declares y as [Convy_dim_0, 3,
-            # Convy_dim_0, ...], as if height had to equal batch
-            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch", 2: "height", 3: "width"}},
-        )
-        # endregion
-    # region step4-2b
-    for f in (2.0, 3.0):
-        scales = torch.tensor([1.0, 1.0, f, f])
-        (actual,) = run_ort("super_resolution.onnx", {"x": x.numpy(), "factor": scales.numpy()})
-        name = f"super_resolution.onnx, factor {f:g}, {actual.shape}"
-        compare(name, actual, sr(x, scales), rtol=1e-5, atol=1e-6)
-    # endregion
-
-    model = harness.show("super_resolution.onnx")
-    assert [i.name for i in model.graph.input] == ["x", "factor"]
-    assert harness.output_dims(model) == ["batch", 3, "height", "width"]
-    (resize,) = [node for node in model.graph.node if node.op_type == "Resize"]
-    assert resize.input[2] == "factor", resize.input  # the scales come from the model input
-
-
-# 5. Does a Function need backward? ------------------------------------------------------------
-
-
-def step5_backward():
-    """Does a Function need backward?"""
-    # region step5
-    a = torch.randn(3, requires_grad=True)
-    with expect_error("You must implement either the backward or vjp method"):
-        MyAdd.apply(a, torch.randn(3)).sum().backward()
-
-    x = torch.randn(4, 5, dtype=torch.float64)
-    x = (x + 0.1 * x.sign()).requires_grad_()  # keep away from the kink at 0
-    print("  gradcheck(MyRelu.apply, (x,)):", torch.autograd.gradcheck(MyRelu.apply, (x,)))
-    # endregion
-
-
-# 6. The torch.export-based exporter (dynamo=True) ---------------------------------------------
-
-
-# region MyAddOnnxOps
-class MyAddOnnxOps(torch.nn.Module):
-    def forward(self, a, b):
-        if torch.onnx.is_in_onnx_export():
-            # Each call becomes exactly one ONNX node; dtype and shape describe its output.
-            two = torch.tensor(2, dtype=a.dtype)
-            doubled = torch.onnx.ops.symbolic("Mul", (two, a), dtype=a.dtype, shape=a.shape)
-            return torch.onnx.ops.symbolic("Add", (doubled, b), dtype=a.dtype, shape=a.shape)
-        return my_lib.my_add(a, b)  # outside the export: step 3's C++ kernel, as before
-# endregion
-
-
 # region OnnxOpsUpsample
 class OnnxOpsUpsample(torch.nn.Module):
     def forward(self, x, scales):
@@ -539,41 +320,14 @@ class OnnxOpsUpsample(torch.nn.Module):
 # endregion
 
 
-@harness.needs_torch("2.8", "torch.onnx.ops came with 2.8; on 2.4 dynamo=True is dynamo_export")
-def step6_dynamo():
-    """The torch.export-based exporter (dynamo=True)"""
-    # region step6
-    a, b = torch.randn(2, 3), torch.randn(2, 3)
-    for model, inputs, path in [
-        (MyReluModel(), (a,), "my_relu_dynamo.onnx"),
-        (MyAddModel(), (a, b), "my_add_dynamo.onnx"),
-    ]:
-        onnx_program = torch.onnx.export(model.eval(), inputs, dynamo=True, verbose=False)
-        assert_onnx_program(onnx_program, rtol=0, atol=0)  # ONNX Runtime vs PyTorch, exactly
-        onnx_program.save(path)
-        ops = [node.op_type for node in onnx.load(path).graph.node]
-        print(f"  {path}: symbolic ignored, forward traced: {ops}; matches PyTorch")
-    # endregion
-
-        harness.show(path)
-    assert harness.op_types("my_relu_dynamo.onnx") == ["Max"]
-    assert harness.op_types("my_add_dynamo.onnx") == ["Mul", "Add"]
-
-    if my_lib is None:  # MyAddCpp needs step 3's C++ build
-        print("  MyAddCpp: not tried, step 3 could not build the C++ extension")
-    else:
-        warned = "Dynamo does not know how to trace the builtin"
-        with harness.quiet(warned):  # the warning comes from the second try, strict=True
-            # region step6-2
-            with expect_error("but its data is not allocated yet"):
-                torch.onnx.export(MyAddCppModel().eval(), (a, b), dynamo=True, verbose=False)
-            # endregion
-        show_the_two_tries(MyAddCppModel().eval(), (a, b), warned)
-
-    # region step6-3
+@harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
+def step3_super_resolution_dynamo():
+    """dynamo=True: super-resolution with a run-time scale factor"""
+    # region step3
+    os.makedirs("failures", exist_ok=True)  # failure demonstrations go there
     x = torch.rand(1, 3, 16, 16)
     factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
-    sr_function = SuperResolution(FunctionUpsample()).eval()  # step 4's model
+    sr_function = SuperResolution(FunctionUpsample()).eval()  # the source material's model
     # endregion
 
     if harness.TORCH < (2, 9):
@@ -598,38 +352,19 @@ def step6_dynamo():
         expected = sr_function(x, factor2)
         print(f"  at factor 2: ONNX Runtime gives {actual.shape}, PyTorch {tuple(expected.shape)}")
         assert actual.shape == (1, 3, 48, 48) and expected.shape == (1, 3, 32, 32), actual.shape
-        sr_strategy, opset = "TorchExportDraftExportStrategy", 18
+        sr_strategy = "TorchExportDraftExportStrategy"
     else:
         export_the_function_model(sr_function, x, factor3)
-        sr_strategy, opset = "TorchExportNonStrictStrategy", 20
+        sr_strategy = "TorchExportNonStrictStrategy"
 
-    # region step6-5
+    # region step3-3
     with expect_error("must be tuple of floats, but found element of type SymFloat"):
         # what dynamo=True tries first, called yourself: its own error, on any torch
         torch.export.export(sr_function, (x, factor3), strict=False)
     # endregion
 
-    if my_lib is None:  # outside the export, MyAddOnnxOps calls step 3's C++ extension
-        print("  MyAddOnnxOps: not tried, step 3 could not build the C++ extension")
-    else:
-        # region step6-6
-        onnx_program = torch.onnx.export(MyAddOnnxOps().eval(), (a, b), dynamo=True, verbose=False)
-        onnx_program.save("my_add_onnx_ops_dynamo.onnx")
-        ops = [node.op_type for node in onnx.load("my_add_onnx_ops_dynamo.onnx").graph.node]
-        print(f"  my_add_onnx_ops_dynamo.onnx: torch.onnx.ops.symbolic wrote {ops}")
-        (actual,) = run_ort("my_add_onnx_ops_dynamo.onnx", {"a": a.numpy(), "b": b.numpy()})
-        compare("my_add_onnx_ops_dynamo.onnx", actual, MyAddOnnxOps()(a, b), rtol=0, atol=0)
-        # endregion
-
-        written = harness.show("my_add_onnx_ops_dynamo.onnx")
-        assert ops == ["Mul", "Add"] and harness.opsets_of(written)[""] == opset, ops
-        # Why not assert_onnx_program: in the exported program, torch.onnx.ops.symbolic gives zeros
-        placeholder = onnx_program.exported_program.module()(a, b)
-        assert not placeholder.any(), placeholder
-        print("  the exported program computes zeros in place of each torch.onnx.ops node")
-
     with harness.quiet() as held:  # torch 2.8 logs its draft export, prints the graph it traced
-        # region step6-7
+        # region step3-4
         sr_dynamo = SuperResolution(OnnxOpsUpsample()).eval()
         onnx_program = torch.onnx.export(
             sr_dynamo,
@@ -646,7 +381,7 @@ def step6_dynamo():
         traced = [ln.split(" = ", 1)[-1] for ln in held[0].splitlines() if " = torch.ops." in ln]
         assert traced[-1].startswith("torch.ops.aten.conv2d"), traced[-3:]
 
-    # region step6-8
+    # region step3-5
     for f in (2.0, 3.0):
         scales = torch.tensor([1.0, 1.0, f, f])
         feeds = {"x": x.numpy(), "factor": scales.numpy()}
@@ -660,32 +395,8 @@ def step6_dynamo():
     assert [n.op_type for n in model.graph.node if n.op_type not in ("Conv", "Relu")] == ["Resize"]
 
 
-def show_the_two_tries(model, inputs, warned):
-    """dynamo=True tries torch.export.export with strict=False (no Dynamo), then strict=True
-    (Dynamo), and raises the first try's error: each try's error and warnings, in that order."""
-    tries = []
-    torch._dynamo.utils.warn_once_cache.clear()  # Dynamo warns once per process: warn again here
-    for strict in (False, True):
-        with harness.quiet() as held:  # what each try logs and warns
-            try:
-                torch.export.export(model, inputs, strict=strict)
-            except Exception as error:  # noqa: BLE001 - each try's error is what is shown
-                failed = error
-            else:
-                raise AssertionError(f"torch.export.export(strict={strict}) did not fail")
-        tries.append((str(failed), held))
-    (first, first_held), (second, second_held) = tries
-    assert "but its data is not allocated yet" in first, first
-    assert warned not in first_held[0], first_held[0]  # no Dynamo in the first try
-    assert "Attempted to call function marked as skipped" in second, second
-    assert warned in second_held[0], second_held[0]
-    print("  1st try, strict=False (no Dynamo): ... its data is not allocated yet.")
-    print(f"  2nd try, strict=True: UserWarning: {warned} `...my_add.`")
-    print("    then Unsupported: Attempted to call function marked as skipped")
-
-
 def export_the_function_model(sr_function, x, factor3):
-    # region step6-4
+    # region step3-2
     with expect_error("must be tuple of floats, but found element of type SymFloat"):
         onnx_program = torch.onnx.export(
             sr_function,
@@ -699,7 +410,362 @@ def export_the_function_model(sr_function, x, factor3):
     # endregion
 
 
-# 7. One Function for both exporters -----------------------------------------------------------
+# 4. dynamo=True: two outputs as one custom node -----------------------------------------------
+
+
+# region MinMaxOnnxOps
+class MinMaxOnnxOps(torch.nn.Module):
+    """The min and the max over the last axis as ONE node with two outputs, in our domain."""
+
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export():
+            reduced = x.shape[:-1]
+            low, high = torch.onnx.ops.symbolic_multi_out(
+                "tutorial::MinMax",
+                (x,),
+                {"axis": -1},
+                dtypes=(x.dtype, x.dtype),
+                shapes=(reduced, reduced),
+                version=1,  # the opset version the file imports for "tutorial"
+            )
+            return low, high
+        return torch.aminmax(x, dim=-1)
+# endregion
+
+
+# region MinMax
+class MinMax(OpRun):
+    """tutorial::MinMax in Python, for ONNX's reference evaluator."""
+
+    op_domain = "tutorial"  # the class name is the op type
+
+    def _run(self, x, axis=None):
+        return (x.min(axis=axis), x.max(axis=axis))
+# endregion
+
+
+@harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
+def step4_two_outputs():
+    """dynamo=True: two outputs as one custom node"""
+    # region step4
+    m = torch.randn(2, 3, 5)
+    onnx_program = torch.onnx.export(
+        MinMaxOnnxOps().eval(), (m,), dynamo=True, verbose=False, output_names=["low", "high"]
+    )
+    onnx_program.save("min_max_onnx_ops_dynamo.onnx")
+    model = onnx.load("min_max_onnx_ops_dynamo.onnx")
+    onnx.checker.check_model(model, full_check=True)  # checks the import of "tutorial", not the op
+    (node,) = model.graph.node
+    print(f"  one node, {node.domain}.{node.op_type}, outputs {list(node.output)}")
+    low, high = ReferenceEvaluator(model, new_ops=[MinMax]).run(None, {"x": m.numpy()})
+    expected = MinMaxOnnxOps()(m)
+    np.testing.assert_array_equal(low, expected.min.numpy())
+    np.testing.assert_array_equal(high, expected.max.numpy())
+    print("  min_max_onnx_ops_dynamo.onnx: ONNX's reference evaluator matches PyTorch exactly")
+    with expect_error("MinMax(-1) is not a registered function/op"):
+        run_ort("min_max_onnx_ops_dynamo.onnx", {"x": m.numpy()})  # no kernel in ONNX Runtime
+    # endregion
+
+    harness.show("min_max_onnx_ops_dynamo.onnx")
+    assert [(o.domain, o.version) for o in model.opset_import if o.domain] == [("tutorial", 1)]
+    assert [o.name for o in model.graph.output] == ["low", "high"] == list(node.output)
+
+
+# 5. dynamo=False: MyRelu -> Clip from symbolic ------------------------------------------------
+
+
+# region NoSymbolic
+class NoSymbolic(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(min=0)
+
+
+class NoSymbolicModel(torch.nn.Module):
+    def forward(self, x):
+        return NoSymbolic.apply(x)
+# endregion
+
+
+def step5_my_relu():
+    """dynamo=False: MyRelu -> Clip from symbolic"""
+    # region step5
+    x = torch.randn(2, 3, 4)
+    torch.onnx.export(
+        MyReluModel(), (x,), "my_relu.onnx", dynamo=False, opset_version=17, input_names=["x"]
+    )
+    (actual,) = run_ort("my_relu.onnx", {"x": x.numpy()})
+    compare("my_relu.onnx", actual, MyReluModel()(x), rtol=0, atol=0)
+    # endregion
+
+    harness.show("my_relu.onnx")
+    assert harness.op_types("my_relu.onnx") == ["Constant", "Clip"]
+
+    with harness.quiet():  # torch 2.15 also prints the graphs it had built when the export failed
+        # region step5-2
+        # autograd_inlining=False (deprecated) keeps each Function as one prim::PythonOp node
+        with expect_error("Couldn't export Python operator NoSymbolic"):
+            torch.onnx.export(
+                NoSymbolicModel(),
+                (x,),
+                "failures/no_symbolic.onnx",
+                dynamo=False,
+                opset_version=17,
+                autograd_inlining=False,
+            )
+        # endregion
+    kept = io.BytesIO()  # the fix: MyRelu, with its symbolic, exports the same way as Clip
+    torch.onnx.export(MyReluModel(), (x,), kept, dynamo=False, autograd_inlining=False)
+    ops = [n.op_type for n in onnx.load_from_string(kept.getvalue()).graph.node]
+    assert ops == ["Constant", "Clip"], ops
+    print(f"  MyRelu with autograd_inlining=False: {ops} (its symbolic)")
+
+
+# 6. dynamo=False: MyAdd (2a + b) and the dtype of constants -----------------------------------
+
+
+# region ClipFloat32Min
+class ClipFloat32Min(torch.autograd.Function):
+    """The source's MyRelu symbolic: a float32 min, whatever the input's dtype."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(min=0)
+
+    @staticmethod
+    def symbolic(g, x):
+        return g.op("Clip", x, g.op("Constant", value_t=torch.tensor(0, dtype=torch.float)))
+
+
+class ClipFloat32MinModel(torch.nn.Module):
+    def forward(self, x):
+        return ClipFloat32Min.apply(x)
+# endregion
+
+
+def step6_my_add():
+    """dynamo=False: MyAdd (2a + b) and the dtype of constants"""
+    # region step6
+    for path, dtype in [
+        ("my_add_float32.onnx", torch.float32),
+        ("my_add_float64.onnx", torch.float64),
+    ]:
+        a, b = torch.randn(2, 3, dtype=dtype), torch.randn(2, 3, dtype=dtype)
+        torch.onnx.export(
+            MyAddModel(), (a, b), path, dynamo=False, opset_version=17, input_names=["a", "b"]
+        )
+        (actual,) = run_ort(path, {"a": a.numpy(), "b": b.numpy()})
+        compare(path, actual, MyAddModel()(a, b), rtol=0, atol=0)
+        two = onnx.numpy_helper.to_array(onnx.load(path).graph.node[0].attribute[0].t)
+        print(f"  {path}: the exporter stored the constant as {two.dtype}, not int64")
+    # endregion
+
+        harness.show(path)
+        assert harness.op_types(path) == ["Constant", "Mul", "Add"], harness.op_types(path)
+        assert str(two.dtype) == str(dtype).removeprefix("torch.") and two.tolist() == [2], two
+
+    with harness.quiet() as held:  # torch 2.4's exporter warns about this model
+        # region step6-2
+        x64 = torch.randn(2, 3, dtype=torch.float64)
+        torch.onnx.export(
+            ClipFloat32MinModel(),
+            (x64,),
+            "failures/clip_float32_min_float64_input.onnx",
+            dynamo=False,
+            opset_version=17,
+            input_names=["x"],
+        )
+        # endregion
+    warning = "The exported ONNX model failed ONNX shape inference"
+    if harness.TORCH < (2, 5):  # the export runs the checker on what it wrote; 2.5 dropped that
+        assert warning in held[0], held[0]
+        harness.differs(f"the export itself warns: {warning}")
+    else:
+        assert warning not in held[0], held[0]  # the exporter writes the model without a word
+
+    # region step6-3
+    failed = "failures/clip_float32_min_float64_input.onnx"
+    with expect_error("min has inconsistent type tensor(float)"):
+        onnx.checker.check_model(onnx.load(failed), full_check=True)
+    with expect_error("Type parameter (T) of Optype (Clip) bound to different types"):
+        run_ort(failed, {"x": x64.numpy()})
+    # endregion
+
+    # region step6-4
+    torch.onnx.export(
+        MyReluModel(),
+        (x64,),
+        "my_relu_float64.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["x"],
+    )
+    (actual,) = run_ort("my_relu_float64.onnx", {"x": x64.numpy()})
+    compare("my_relu_float64.onnx", actual, MyReluModel()(x64), rtol=0, atol=0)
+    # endregion
+
+    model = harness.show("my_relu_float64.onnx")
+    zero = onnx.numpy_helper.to_array(model.graph.node[0].attribute[0].t)
+    assert zero.dtype == np.float64, zero.dtype  # MyRelu's symbolic: the constant takes x's dtype
+
+
+# 7. dynamo=False: a C++ extension wrapped in a Function ---------------------------------------
+
+
+# region DirectCall
+class DirectCall(torch.nn.Module):
+    def __init__(self, kernel) -> None:
+        super().__init__()
+        self.kernel = kernel  # a C++ function, called as it is: no Function around it
+
+    def forward(self, a, b):
+        return self.kernel(a, b)
+# endregion
+
+
+def step7_cpp_function():
+    """dynamo=False: a C++ extension wrapped in a Function"""
+    if my_lib is None:  # step 2 did not run (torch < 2.8): build the extension here
+        build_my_lib()
+
+    # region step7
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    torch.onnx.export(
+        DirectCall(my_lib.my_add),
+        (a, b),
+        "failures/my_add_cpp_direct.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["a", "b"],
+    )
+    direct = onnx.load("failures/my_add_cpp_direct.onnx")
+    constant = onnx.numpy_helper.to_array(direct.graph.node[0].attribute[0].t)
+    inputs = [i.name for i in direct.graph.input]
+    print(f"  my_add_cpp_direct.onnx: inputs {inputs}, output Constant {constant.tolist()}")
+    # endregion
+
+    harness.show("failures/my_add_cpp_direct.onnx")
+    assert not inputs and harness.op_types("failures/my_add_cpp_direct.onnx") == ["Constant"]
+    assert not constant.any(), f"expected zeros (empty_like exported as zeros), got {constant}"
+
+    traced_as = "does not match the corresponding output of the Python function"
+    with harness.quiet(traced_as):  # torch.jit.trace runs its graph again, to check it
+        # region step7-2
+        # What dynamo=False's tracer records: each ATen op that runs, also those C++ code calls
+        for name in ("my_add", "my_add_aten"):
+            graph = torch.jit.trace(getattr(my_lib, name), (a, b)).graph
+            kinds = [node.kind() for node in graph.nodes() if node.kind() != "prim::Constant"]
+            print(f"  my_lib.{name} traced as {kinds}")
+        # endregion
+    print(f"  torch.jit.trace warned: Output nr 1. of the traced function {traced_as}")
+
+    # region step7-3
+    torch.onnx.export(
+        DirectCall(my_lib.my_add_aten),
+        (a, b),
+        "my_add_aten_direct.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["a", "b"],
+    )
+    (actual,) = run_ort("my_add_aten_direct.onnx", {"a": a.numpy(), "b": b.numpy()})
+    compare("my_add_aten_direct.onnx", actual, 2 * a + b, rtol=0, atol=0)
+    # endregion
+
+    harness.show("my_add_aten_direct.onnx")
+    assert harness.op_types("my_add_aten_direct.onnx")[-2:] == ["Mul", "Add"]
+
+    # region step7-4
+    torch.onnx.export(
+        MyAddCppModel(),
+        (a, b),
+        "my_add_cpp.onnx",
+        dynamo=False,
+        opset_version=17,
+        input_names=["a", "b"],
+    )
+    (actual,) = run_ort("my_add_cpp.onnx", {"a": a.numpy(), "b": b.numpy()})
+    compare("my_add_cpp.onnx", actual, MyAddCppModel()(a, b), rtol=0, atol=0)
+    # endregion
+
+    harness.show("my_add_cpp.onnx")  # standard ops only: plain ONNX Runtime runs it
+    assert harness.op_types("my_add_cpp.onnx") == ["Constant", "Mul", "Add"]
+
+
+# 8. dynamo=False: super-resolution, Resize with the factor as an input ------------------------
+
+
+# region upsample_atol
+def upsample_atol(x):
+    """How far ONNX Runtime's cubic Resize may be from torch's bicubic interpolate on x
+    (float32). The derivation: Notes, Tolerances."""
+    eps = torch.finfo(torch.float32).eps
+    slope = 3 * 1.375  # the cubic kernel's largest sum of |w'| times its largest sum of |w|
+    # 16 eps: rounding 16 weights and their sum; 2 * slope * eps * size: the sampling position,
+    # rounded differently (up to eps * size), moves the result by at most slope, per axis
+    bound = (16 + 2 * slope * max(x.shape[-2:])) * eps * x.abs().max().item()
+    return float(f"{bound:.2g}")  # two significant digits: the margin is wide
+# endregion
+
+
+def step8_super_resolution():
+    """dynamo=False: super-resolution, Resize with the factor as an input"""
+    with harness.quiet("Converting a tensor to a Python list"):  # TracerWarning: tolist()
+        # region step8
+        x = torch.rand(1, 3, 16, 16)
+        factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
+        torch.onnx.export(
+            FunctionUpsample(),
+            (x, factor3),
+            "bicubic_upsample.onnx",
+            dynamo=False,
+            opset_version=17,
+            input_names=["x", "factor"],
+            output_names=["y"],
+        )
+        for f in (2.0, 3.0):
+            scales = torch.tensor([1.0, 1.0, f, f])
+            feeds = {"x": x.numpy(), "factor": scales.numpy()}
+            (actual,) = run_ort("bicubic_upsample.onnx", feeds)
+            name, expected = f"bicubic_upsample.onnx, factor {f:g}", FunctionUpsample()(x, scales)
+            compare(name, actual, expected, rtol=0, atol=upsample_atol(x))
+        # endregion
+
+    harness.show("bicubic_upsample.onnx")
+    assert harness.op_types("bicubic_upsample.onnx") == ["Resize"]
+
+    with harness.quiet("Converting a tensor to a Python list"):
+        # region step8-2
+        sr = SuperResolution(FunctionUpsample()).eval()
+        torch.onnx.export(
+            sr,
+            (x, factor3),
+            "super_resolution.onnx",
+            dynamo=False,
+            opset_version=17,
+            input_names=["x", "factor"],
+            output_names=["y"],
+            # name y's sizes: left alone, the exporter declares y as [Convy_dim_0, 3,
+            # Convy_dim_0, ...], as if height had to equal batch
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch", 2: "height", 3: "width"}},
+        )
+        # endregion
+    # region step8-3
+    for f in (2.0, 3.0):
+        scales = torch.tensor([1.0, 1.0, f, f])
+        (actual,) = run_ort("super_resolution.onnx", {"x": x.numpy(), "factor": scales.numpy()})
+        name = f"super_resolution.onnx, factor {f:g}, {actual.shape}"
+        compare(name, actual, sr(x, scales), rtol=1e-5, atol=1e-6)
+    # endregion
+
+    model = harness.show("super_resolution.onnx")
+    assert [i.name for i in model.graph.input] == ["x", "factor"]
+    assert harness.output_dims(model) == ["batch", 3, "height", "width"]
+    (resize,) = [node for node in model.graph.node if node.op_type == "Resize"]
+    assert resize.input[2] == "factor", resize.input  # the scales come from the model input
+
+
+# 9. One Function for both exporters -----------------------------------------------------------
 
 
 # region MyLeakyRelu
@@ -749,9 +815,9 @@ class MyLeakyReluUnguardedModel(torch.nn.Module):
 
 
 @harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
-def step7_both_exporters():
+def step9_both_exporters():
     """One Function for both exporters"""
-    # region step7
+    # region step9
     x = torch.randn(2, 3, 4)
     torch.onnx.export(
         MyLeakyReluModel(), (x,), "my_leaky_relu.onnx", dynamo=False, input_names=["x"]
@@ -774,128 +840,64 @@ def step7_both_exporters():
         model = harness.show(path)
         assert [i.name for i in model.graph.input] == ["x"], model.graph.input
 
-    # region step7-2
+    # region step9-2
     with expect_error("unsupported input list type: Tensor?"):
         path = "failures/my_leaky_relu_unguarded.onnx"
         torch.onnx.export(MyLeakyReluUnguardedModel(), (x,), path, dynamo=False)
     # endregion
 
 
-# 8. Two outputs as one custom node ------------------------------------------------------------
+# 10. Does a Function need backward? -----------------------------------------------------------
 
 
-# region MinMaxOnnxOps
-class MinMaxOnnxOps(torch.nn.Module):
-    """The min and the max over the last axis as ONE node with two outputs, in our domain."""
+def step10_backward():
+    """Does a Function need backward?"""
+    # region step10
+    a = torch.randn(3, requires_grad=True)
+    with expect_error("You must implement either the backward or vjp method"):
+        MyAdd.apply(a, torch.randn(3)).sum().backward()
 
-    def forward(self, x):
-        if torch.onnx.is_in_onnx_export():
-            reduced = x.shape[:-1]
-            low, high = torch.onnx.ops.symbolic_multi_out(
-                "tutorial::MinMax",
-                (x,),
-                {"axis": -1},
-                dtypes=(x.dtype, x.dtype),
-                shapes=(reduced, reduced),
-                version=1,  # the opset version the file imports for "tutorial"
-            )
-            return low, high
-        return torch.aminmax(x, dim=-1)
-# endregion
-
-
-# region MinMax
-class MinMax(OpRun):
-    """tutorial::MinMax in Python, for ONNX's reference evaluator."""
-
-    op_domain = "tutorial"  # the class name is the op type
-
-    def _run(self, x, axis=None):
-        return (x.min(axis=axis), x.max(axis=axis))
-# endregion
-
-
-@harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
-def step8_two_outputs():
-    """Two outputs as one custom node"""
-    # region step8
-    m = torch.randn(2, 3, 5)
-    onnx_program = torch.onnx.export(
-        MinMaxOnnxOps().eval(), (m,), dynamo=True, verbose=False, output_names=["low", "high"]
-    )
-    onnx_program.save("min_max_onnx_ops_dynamo.onnx")
-    model = onnx.load("min_max_onnx_ops_dynamo.onnx")
-    onnx.checker.check_model(model, full_check=True)  # checks the import of "tutorial", not the op
-    (node,) = model.graph.node
-    print(f"  one node, {node.domain}.{node.op_type}, outputs {list(node.output)}")
-    low, high = ReferenceEvaluator(model, new_ops=[MinMax]).run(None, {"x": m.numpy()})
-    expected = MinMaxOnnxOps()(m)
-    np.testing.assert_array_equal(low, expected.min.numpy())
-    np.testing.assert_array_equal(high, expected.max.numpy())
-    print("  min_max_onnx_ops_dynamo.onnx: ONNX's reference evaluator matches PyTorch exactly")
-    with expect_error("MinMax(-1) is not a registered function/op"):
-        run_ort("min_max_onnx_ops_dynamo.onnx", {"x": m.numpy()})  # no kernel in ONNX Runtime
+    x = torch.randn(4, 5, dtype=torch.float64)
+    x = (x + 0.1 * x.sign()).requires_grad_()  # keep away from the kink at 0
+    print("  gradcheck(MyRelu.apply, (x,)):", torch.autograd.gradcheck(MyRelu.apply, (x,)))
     # endregion
-
-    harness.show("min_max_onnx_ops_dynamo.onnx")
-    assert [(o.domain, o.version) for o in model.opset_import if o.domain] == [("tutorial", 1)]
-    assert [o.name for o in model.graph.output] == ["low", "high"] == list(node.output)
 
 
 # ---------------------------------------------------------------------------------------------
 
 STEPS = (
-    step1_my_relu,
-    step2_my_add,
-    step3_cpp_extension,
-    step4_super_resolution,
-    step5_backward,
-    step6_dynamo,
-    step7_both_exporters,
-    step8_two_outputs,
+    step1_dynamo_traces_forward,
+    step2_cpp_dynamo,
+    step3_super_resolution_dynamo,
+    step4_two_outputs,
+    step5_my_relu,
+    step6_my_add,
+    step7_cpp_function,
+    step8_super_resolution,
+    step9_both_exporters,
+    step10_backward,
 )
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
-    1: ("my_relu.onnx",),
-    2: ("my_add_float32.onnx", "my_add_float64.onnx", "my_relu_float64.onnx"),
-    3: ("my_add_aten_direct.onnx", "my_add_cpp.onnx"),
-    4: ("bicubic_upsample.onnx", "super_resolution.onnx"),
-    6: (
-        "my_relu_dynamo.onnx",
-        "my_add_dynamo.onnx",
-        "my_add_onnx_ops_dynamo.onnx",
-        "super_resolution_dynamo.onnx",
-    ),
-    7: ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx"),
-    8: ("min_max_onnx_ops_dynamo.onnx",),
+    1: ("my_relu_dynamo.onnx", "my_add_dynamo.onnx"),
+    2: ("my_add_onnx_ops_dynamo.onnx",),
+    3: ("super_resolution_dynamo.onnx",),
+    4: ("min_max_onnx_ops_dynamo.onnx",),
+    5: ("my_relu.onnx",),
+    6: ("my_add_float32.onnx", "my_add_float64.onnx", "my_relu_float64.onnx"),
+    7: ("my_add_aten_direct.onnx", "my_add_cpp.onnx"),
+    8: ("bicubic_upsample.onnx", "super_resolution.onnx"),
+    9: ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx"),
 }
 FAILURES = (
+    "failures/super_resolution_function_dynamo.onnx",  # written on torch 2.8 only: draft export
     "failures/no_symbolic.onnx",
     "failures/clip_float32_min_float64_input.onnx",
     "failures/my_add_cpp_direct.onnx",
-    "failures/super_resolution_function_dynamo.onnx",  # written on torch 2.8 only: draft export
     "failures/my_leaky_relu_unguarded.onnx",
 )
 PASSED = "every model in {out} checked and matched PyTorch (ONNX Runtime or onnx.reference)"
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
-    "Couldn't export Python operator NoSymbolic": (
-        "dynamo=False",
-        "a Function kept as one `prim::PythonOp` node (`autograd_inlining=False`) has no "
-        "`symbolic`: give it a static `symbolic(g, ...)`",
-    ),
-    "min has inconsistent type tensor(float)": (
-        "onnx.checker",
-        "`symbolic` wrote `Clip`'s `min` as float32 for a float64 input: build constants in the "
-        "input's dtype",
-    ),
-    "Type parameter (T) of Optype (Clip) bound to different types": (
-        "ONNX Runtime",
-        "`Clip` got a float64 input and a float32 `min`: build constants in the input's dtype",
-    ),
-    "You must implement either the backward or vjp method": (
-        "PyTorch",
-        "`backward()` through a Function without `backward`: export never calls it, training does",
-    ),
     "but its data is not allocated yet": (
         "dynamo=True",
         "`torch.export` runs the Function's C++ call on fake tensors, which have no data: write "
@@ -911,15 +913,33 @@ CAUSES = {
         "torch 2.8: `torch.export` failed and `dynamo=True` fell back to draft export, which "
         "froze the factor; the default `strategy` check refuses the program",
     ),
+    "MinMax(-1) is not a registered function/op": (
+        "ONNX Runtime",
+        "a custom-domain node (`tutorial::MinMax`) with no kernel in ONNX Runtime: register one, "
+        "or check the model in `onnx.reference` with a Python op",
+    ),
+    "Couldn't export Python operator NoSymbolic": (
+        "dynamo=False",
+        "a Function kept as one `prim::PythonOp` node (`autograd_inlining=False`) has no "
+        "`symbolic`: give it a static `symbolic(g, ...)`",
+    ),
+    "min has inconsistent type tensor(float)": (
+        "onnx.checker",
+        "`symbolic` wrote `Clip`'s `min` as float32 for a float64 input: build constants in the "
+        "input's dtype",
+    ),
+    "Type parameter (T) of Optype (Clip) bound to different types": (
+        "ONNX Runtime",
+        "`Clip` got a float64 input and a float32 `min`: build constants in the input's dtype",
+    ),
     "unsupported input list type: Tensor?": (
         "dynamo=False",
         "`torch.onnx.ops.symbolic` ran under the TorchScript tracer: call it only when `not "
         "torch.jit.is_tracing()` and let `symbolic` write the node",
     ),
-    "MinMax(-1) is not a registered function/op": (
-        "ONNX Runtime",
-        "a custom-domain node (`tutorial::MinMax`) with no kernel in ONNX Runtime: register one, "
-        "or check the model in `onnx.reference` with a Python op",
+    "You must implement either the backward or vjp method": (
+        "PyTorch",
+        "`backward()` through a Function without `backward`: export never calls it, training does",
     ),
 }
 

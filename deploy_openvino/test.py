@@ -1,14 +1,16 @@
-"""Run the rknn_cst custom nodes in OpenVINO on the CPU: a Python op, then a compiled C++ op.
+"""Run the rknn_cst custom nodes in OpenVINO on the CPU: OpenVINO's own ops, a Python op, C++.
 
 Run: python test.py [--out DIR] [-v]
 
 The custom nodes the other folders export (rknn_cst::cstThreshold, rknn_cst::cstDualResidual,
-rknn_cst::Foo with a float-list attribute), each alone and between Convs, with dynamo=False and
-dynamo=True, are read by OpenVINO's ONNX frontend: first without an extension (it refuses them, and
-the Conv after each), then with an openvino.Op subclass per op in Python, then with the same ops in
-C++ (ov::op::Op and ov::frontend::onnx::OpExtension), compiled with ninja against the openvino
-wheel's own headers and library into DIR/libcst_ops.so, run at fixed and at open input sizes, and
-loaded by a C++ program, DIR/cst_host.
+rknn_cst::Foo with a float-list attribute), each alone and between Convs, with dynamo=True, are
+read by OpenVINO's ONNX frontend: first without an extension (it refuses them, and the Conv after
+each), then with a ConversionExtension that rebuilds each node from OpenVINO's opset ops (saved as
+OpenVINO IR that loads with no extension), then with an openvino.Op subclass per op in Python, then
+with the same ops in C++ (ov::op::Op and ov::frontend::onnx::OpExtension), compiled with ninja
+against the openvino wheel's own headers and library into DIR/libcst_ops.so, run at fixed and at
+open input sizes, and loaded by a C++ program, DIR/cst_host. Last, the same nodes from the
+deprecated dynamo=False exporter run with every extension.
 Every python block of README.md is in this file; the lines around them are the checks.
 """
 
@@ -37,6 +39,7 @@ import numpy as np
 import onnx
 import onnxscript
 import openvino as ov
+import openvino.opset13 as ops
 import torch
 from openvino.frontend.onnx import ConversionExtension
 from torch.onnx import register_custom_op_symbolic
@@ -44,7 +47,7 @@ from torch.onnx.symbolic_helper import parse_args
 # endregion
 
 # ---------------------------------------------------------------------------------------------
-# 1. The custom nodes, exported with dynamo=False
+# 1. The custom nodes, exported with dynamo=True
 # ---------------------------------------------------------------------------------------------
 
 
@@ -111,86 +114,10 @@ class MidGraph(torch.nn.Module):
 # endregion
 
 
-# region threshold_symbolic
-@parse_args("v", "f", "f")
-def threshold_symbolic(g, x, threshold, value):
-    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
-    return y.setType(x.type())
-
-
-@parse_args("v", "v", "f")
-def dual_residual_symbolic(g, x, y, alpha):
-    x_res, y_res = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
-    return x_res.setType(x.type()), y_res.setType(y.type())
-
-
-@parse_args("v", "v", "f", "i", "s", "fs", "is")
-def foo_symbolic(g, x, y, alpha, beta, mode, scales, dims):
-    z = g.op(
-        "rknn_cst::Foo", x, y,
-        alpha_f=alpha, beta_i=beta, mode_s=mode, scales_f=scales, dims_i=dims,
-    )
-    shape = [1 if axis in dims else size for axis, size in enumerate(x.type().sizes())]
-    return z.setType(x.type().with_sizes(shape))
-# endregion
-
-
-MODELS: dict = {}  # name -> (PyTorch model, inputs): step 1 fills it
-EXPORTED: dict = {}  # ONNX file -> (PyTorch model, inputs): what the OpenVINO steps run
-
-
-def step1_export_dynamo_false():
-    """The custom nodes, exported with dynamo=False"""
-    global MODELS, EXPORTED
-    # region step1
-    torch.manual_seed(0)
-    x, y = torch.randn(1, 3, 16, 16), torch.randn(1, 3, 16, 16)
-    torch.library.opcheck(dual_residual, (x, y, 0.5))
-    torch.library.opcheck(foo_forward, (x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3]))
-    # endregion
-
-    # region step1-2
-    MODELS = {  # name -> (PyTorch model, its inputs)
-        "threshold": (torch.nn.Threshold(0.1, 20).eval(), (x,)),
-        "threshold_net": (MidGraph(torch.nn.Threshold(0.1, 20), 1, 1).eval(), (x,)),
-        "dual_residual": (DualResidual().eval(), (x, y)),
-        "dual_residual_net": (MidGraph(DualResidual(), 2, 2).eval(), (x,)),
-        "foo": (Foo().eval(), (x, y)),
-        "foo_net": (MidGraph(Foo(), 2, 1).eval(), (x,)),
-    }
-    EXPORTED = {}  # ONNX file -> (PyTorch model, inputs), for the steps that run them
-
-    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
-    register_custom_op_symbolic("cst_py::dual_residual", dual_residual_symbolic, 12)
-    register_custom_op_symbolic("cst_py::foo_forward", foo_symbolic, 12)
-    for name, (model, inputs) in MODELS.items():
-        torch.onnx.export(
-            model, inputs, f"{name}.onnx", dynamo=False, opset_version=12,
-            custom_opsets={"rknn_cst": 1},
-        )
-        EXPORTED[f"{name}.onnx"] = (model, inputs)
-    # endregion
-
-    for name in MODELS:
-        written = harness.show(f"{name}.onnx")
-        custom = [n for n in written.graph.node if n.domain == "rknn_cst"]
-        assert len(custom) == 1, f"{name}.onnx: {harness.op_types(f'{name}.onnx')}"
-    assert harness.op_types("threshold_net.onnx") == ["Conv", "rknn_cst.cstThreshold", "Conv"]
-    (foo_node,) = onnx.load("foo.onnx").graph.node
-    kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute}
-    print("  rknn_cst.Foo's attributes:", ", ".join(f"{k} {v}" for k, v in kinds.items()))
-    assert kinds == {
-        "alpha": "FLOAT", "beta": "INT", "mode": "STRING", "scales": "FLOATS", "dims": "INTS"
-    }, kinds
-
-
-# ---------------------------------------------------------------------------------------------
-# 2. The same nodes with dynamo=True
-# ---------------------------------------------------------------------------------------------
 
 # region schema
 Schema = onnx.defs.OpSchema
-FLOAT32 = [("T", ["tensor(float)"], "float32 tensors")]
+FLOAT_ANY = [("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "f32, f16, bf16")]
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
 
 
@@ -199,7 +126,7 @@ def schema(name, inputs, outputs, attributes):
         name, "rknn_cst", 1,
         inputs=[Schema.FormalParameter(i, "T") for i in inputs],
         outputs=[Schema.FormalParameter(o, "T") for o in outputs],
-        type_constraints=FLOAT32,
+        type_constraints=FLOAT_ANY,
         attributes=[Schema.Attribute(a, kind, a) for a, kind in attributes.items()],
     )
 
@@ -245,11 +172,38 @@ TRANSLATIONS = {
 # endregion
 
 
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
-def step2_export_dynamo_true():
-    """The same nodes with dynamo=True"""
+
+MODELS: dict = {}  # name -> (PyTorch model, inputs): step 1 fills it
+EXPORTED: dict = {}  # ONNX file -> (PyTorch model, inputs): what the OpenVINO steps run
+
+
+def step1_export_dynamo_true():
+    """The custom nodes, exported with dynamo=True"""
+    global MODELS, EXPORTED
+    # region step1
+    torch.manual_seed(0)
+    x, y = torch.randn(1, 3, 16, 16), torch.randn(1, 3, 16, 16)
+    torch.library.opcheck(dual_residual, (x, y, 0.5))
+    torch.library.opcheck(foo_forward, (x, y, 0.5, 2, "sub", [1.0, 2.0, 3.0], [2, 3]))
+    # endregion
+
+    # region step1-2
+    MODELS = {  # name -> (PyTorch model, its inputs)
+        "threshold": (torch.nn.Threshold(0.1, 20).eval(), (x,)),
+        "threshold_net": (MidGraph(torch.nn.Threshold(0.1, 20), 1, 1).eval(), (x,)),
+        "dual_residual": (DualResidual().eval(), (x, y)),
+        "dual_residual_net": (MidGraph(DualResidual(), 2, 2).eval(), (x,)),
+        "foo": (Foo().eval(), (x, y)),
+        "foo_net": (MidGraph(Foo(), 2, 1).eval(), (x,)),
+    }
+    EXPORTED = {}  # ONNX file -> (PyTorch model, inputs), for the steps that run them
+    # endregion
+
+    if harness.TORCH < (2, 6):  # torch.onnx.export has no custom_translation_table before 2.6
+        harness.differs("no dynamo=True export before 2.6: steps 2 to 4 and 6 to 8 skip")
+        return
     print("  (six dynamo=True exports: torch.export traces each, a second or two apiece)")
-    # region step2
+    # region step1-3
     for name, (model, inputs) in MODELS.items():
         program = torch.onnx.export(
             model, inputs, dynamo=True, verbose=False, custom_translation_table=TRANSLATIONS
@@ -264,34 +218,144 @@ def step2_export_dynamo_true():
         custom = [n for n in written.graph.node if n.domain == "rknn_cst"]
         assert len(custom) == 1, f"{path}: {harness.op_types(path)}"
         assert not onnx.defs.has(custom[0].op_type, "rknn_cst")  # nothing was registered
+    assert harness.op_types("dynamo_threshold_net.onnx") == [
+        "Conv", "rknn_cst.cstThreshold", "Conv"
+    ], harness.op_types("dynamo_threshold_net.onnx")
+    (foo_node,) = onnx.load("dynamo_foo.onnx").graph.node
+    kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute}
+    print("  rknn_cst.Foo's attributes:", ", ".join(f"{k} {v}" for k, v in kinds.items()))
+    assert kinds == {
+        "alpha": "FLOAT", "beta": "INT", "mode": "STRING", "scales": "FLOATS", "dims": "INTS"
+    }, kinds
     if harness.TORCH < (2, 9):
         harness.differs("dynamo=True writes opset 18 here, 20 from torch 2.9")
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. OpenVINO without an extension
+# 2. OpenVINO without an extension
+# ---------------------------------------------------------------------------------------------
+
+DYNAMO = "they run step 1's dynamo=True models, which need custom_translation_table"
+
+
+@harness.needs_torch("2.6", DYNAMO)
+def step2_no_extension():
+    """OpenVINO without an extension"""
+    # region step2
+    core = ov.Core()
+    with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
+        core.read_model("dynamo_threshold.onnx")
+    with expect_error("Conversion is failed for: Conv-"):
+        core.read_model("dynamo_threshold_net.onnx")
+    with expect_error("The input data tensor's rank has to be known (static)"):
+        core.compile_model("dynamo_threshold_net.onnx", "CPU")
+    # endregion
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. OpenVINO's own ops: a ConversionExtension that rebuilds each node
 # ---------------------------------------------------------------------------------------------
 
 
-def step3_no_extension():
-    """OpenVINO without an extension"""
+# region threshold_from_ops
+def like(value, x):
+    """A constant VALUE of X's element type (f32, or f16 or bf16 when the model is)."""
+    return ops.convert_like(ops.constant(np.float32(value)), x)
+
+
+def threshold_from_ops(node):  # torch's rule, NaN included: x <= threshold -> value
+    x = node.get_input(0)
+    below = ops.less_equal(x, like(node.get_attribute("threshold"), x))
+    return ops.select(below, like(node.get_attribute("value"), x), x).outputs()
+
+
+def dual_residual_from_ops(node):
+    x, y = node.get_input(0), node.get_input(1)
+    alpha = like(node.get_attribute("alpha"), x)
+    x_res = ops.subtract(ops.multiply(x, alpha), y)
+    y_res = ops.subtract(ops.multiply(y, alpha), x)
+    return [x_res.output(0), y_res.output(0)]
+
+
+def foo_from_ops(node):
+    x, y = node.get_input(0), node.get_input(1)
+    x_alpha = ops.multiply(x, like(node.get_attribute("alpha"), x))
+    y_beta = ops.multiply(y, like(node.get_attribute("beta"), y))
+    sub = node.get_attribute("mode") == "sub"
+    z = ops.subtract(x_alpha, y_beta) if sub else ops.add(x_alpha, y_beta)
+    scales = np.float32(node.get_attribute("scales")).reshape(1, -1, 1, 1)
+    z = ops.multiply(z, ops.convert_like(ops.constant(scales), x))
+    dims = ops.constant(np.int64(node.get_attribute("dims")))
+    return ops.reduce_sum(z, dims, keep_dims=True).outputs()
+# endregion
+
+
+# region run_openvino
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def run_openvino(core, path, inputs, config=F32):
+    """Read PATH with CORE's extensions, compile it for the CPU, run it: the outputs."""
+    compiled = core.compile_model(path, "CPU", config)
+    results = compiled([tensor.numpy() for tensor in inputs])
+    return [results[output] for output in compiled.outputs]
+
+
+def pytorch_outputs(model, inputs):
+    outputs = model(*inputs)
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+# endregion
+
+
+@harness.needs_torch("2.6", DYNAMO)
+def step3_opset_ops():
+    """OpenVINO's own ops: a ConversionExtension that rebuilds each node"""
+    global opset_ops
     # region step3
-    core = ov.Core()
-    with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
-        core.read_model("threshold.onnx")
-    with expect_error("Conversion is failed for: Conv-"):
-        core.read_model("threshold_net.onnx")
-    with expect_error("The input data tensor's rank has to be known (static)"):
-        core.compile_model("threshold_net.onnx", "CPU")
+    opset_ops = ov.Core()
+    opset_ops.add_extension(ConversionExtension("cstThreshold", "rknn_cst", threshold_from_ops))
+    opset_ops.add_extension(
+        ConversionExtension("cstDualResidual", "rknn_cst", dual_residual_from_ops)
+    )
+    opset_ops.add_extension(ConversionExtension("Foo", "rknn_cst", foo_from_ops))
+
+    for path, (model, inputs) in EXPORTED.items():
+        outputs = run_openvino(opset_ops, path, inputs)
+        expected = pytorch_outputs(model, inputs)
+        for number, (actual, wanted) in enumerate(zip(outputs, expected, strict=True)):
+            compare(f"{path}[{number}]", actual, wanted, rtol=1e-5, atol=1e-5)
     # endregion
 
-    if harness.TORCH >= (2, 6):  # the dynamo=True file fails the same way
-        # region step3-2
-        with expect_error("Conversion is failed for: Conv-"):
-            core.read_model("dynamo_threshold_net.onnx")
-        # endregion
-    else:
-        harness.differs("no dynamo=True models: step 2 needs torch 2.6")
+    # region step3-2
+    for hint in ("f32", "bf16", "f16"):  # a hint this CPU has no hardware for is ignored
+        config = {"INFERENCE_PRECISION_HINT": hint}
+        compiled = opset_ops.compile_model("dynamo_threshold_net.onnx", "CPU", config)
+        layers = [op.get_rt_info()["layerType"].astype(str)
+                  for op in compiled.get_runtime_model().get_ordered_ops()]
+        shown = [layer for layer in layers if layer not in ("Const", "Reshape")]
+        print(f"  {hint}: {' '.join(shown)}")
+    # endregion
+
+    for hint in ("f32", "bf16", "f16"):  # no kernel of ours at any hint: every layer is the plugin's
+        compiled = opset_ops.compile_model("dynamo_threshold_net.onnx", "CPU", {"INFERENCE_PRECISION_HINT": hint})
+        runtime = [op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()]
+        assert "Reference" not in runtime, (hint, runtime)
+
+    # region step3-3
+    network = opset_ops.read_model("dynamo_foo_net.onnx")
+    ov.save_model(network, "foo_net.xml", compress_to_fp16=False)  # True: f16 weights
+    plain = ov.Core()  # no extension
+    model, inputs = EXPORTED["dynamo_foo_net.onnx"]
+    (actual,) = run_openvino(plain, "foo_net.xml", inputs)
+    compare("foo_net.xml", actual, model(*inputs), rtol=1e-5, atol=1e-5)
+    # endregion
+
+    types = {op.get_type_name() for op in plain.read_model("foo_net.xml").get_ops()}
+    assert {"ReduceSum", "Convolution"} <= types and not types & {"Foo", "FooOv"}, types
+    assert os.path.isfile("foo_net.bin")
+
+
+opset_ops = None  # step 3's Core, with the nodes rebuilt from OpenVINO's ops
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,23 +506,7 @@ def convert_foo(node):
 # endregion
 
 
-# region run_openvino
-F32 = {"INFERENCE_PRECISION_HINT": "f32"}
-
-
-def run_openvino(core, path, inputs, config=F32):
-    """Read PATH with CORE's extensions, compile it for the CPU, run it: the outputs."""
-    compiled = core.compile_model(path, "CPU", config)
-    results = compiled([tensor.numpy() for tensor in inputs])
-    return [results[output] for output in compiled.outputs]
-
-
-def pytorch_outputs(model, inputs):
-    outputs = model(*inputs)
-    return outputs if isinstance(outputs, tuple) else (outputs,)
-# endregion
-
-
+@harness.needs_torch("2.6", DYNAMO)
 def step4_python_ops():
     """The ops in Python: openvino.Op and a ConversionExtension"""
     global python_ops, python_results
@@ -466,7 +514,7 @@ def step4_python_ops():
     generic = ov.Core()
     generic.add_extension(ov.frontend.ConversionExtension("cstThreshold", convert_threshold))
     with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
-        generic.read_model("threshold.onnx")
+        generic.read_model("dynamo_threshold.onnx")
     # endregion
 
     # region step4-2
@@ -486,17 +534,15 @@ def step4_python_ops():
         python_results[path] = outputs  # for step 6
     # endregion
 
-    ops = [op.get_type_name() for op in python_ops.read_model("threshold_net.onnx").get_ops()]
-    assert "CstThreshold" in ops, ops
-    if harness.TORCH < (2, 6):
-        harness.differs("only the dynamo=False models: step 2 needs torch 2.6")
+    network = python_ops.read_model("dynamo_threshold_net.onnx")
+    assert "CstThreshold" in [op.get_type_name() for op in network.get_ops()]
 
 
 python_ops = None  # step 4's Core, with the Python ops
 python_results: dict = {}
 
 # ---------------------------------------------------------------------------------------------
-# 5. The ops in C++, built against the wheel
+# 5. The ops in C++, compiled against the wheel
 # ---------------------------------------------------------------------------------------------
 
 # region step5
@@ -792,7 +838,7 @@ def write_if_changed(path, text):
 
 
 def step5_build_cpp():
-    """The ops in C++, built against the wheel"""
+    """The ops in C++, compiled against the wheel"""
     problem = harness.build_problem(python_headers=False)
     if problem:
         raise harness.Skip(problem)
@@ -831,6 +877,7 @@ def step5_build_cpp():
 # ---------------------------------------------------------------------------------------------
 
 
+@harness.needs_torch("2.6", DYNAMO)
 def step6_run_cpp():
     """Load the library with add_extension and run it"""
     problem = harness.build_problem(python_headers=False)
@@ -842,7 +889,7 @@ def step6_run_cpp():
     float_list_ops = ov.Core()
     float_list_ops.add_extension(os.path.abspath("failures/libcst_ops_float_list.so"))
     with expect_error("Bad cast from: St6vectorIdSaIdEE to: St6vectorIfSaIfEE"):
-        float_list_ops.read_model("foo.onnx")
+        float_list_ops.read_model("dynamo_foo.onnx")
     # endregion
 
     # region step6-2
@@ -858,13 +905,14 @@ def step6_run_cpp():
     print(f"  the C++ and the Python ops agree on all {len(EXPORTED)} models (rtol=1e-6)")
     # endregion
 
-    ops = {op.get_type_name(): op for op in cpp_ops.read_model("foo.onnx").get_ops()}
+    ops = {op.get_type_name(): op for op in cpp_ops.read_model("dynamo_foo.onnx").get_ops()}
     attributes = ops["Foo"].get_attributes()
     print(f"  Foo in OpenVINO: scales {attributes['scales']}, dims {attributes['dims']}")
     assert attributes["scales"] == [1.0, 2.0, 3.0] and attributes["dims"] == [2, 3], attributes
 
     # region step6-3
-    for path in ("threshold_net.onnx", "dual_residual_net.onnx", "foo_net.onnx"):
+    for name in ("threshold_net", "dual_residual_net", "foo_net"):
+        path = f"dynamo_{name}.onnx"
         model = EXPORTED[path][0]
         for label, core in (("Python", python_ops), ("C++", cpp_ops)):
             network = core.read_model(path)
@@ -878,11 +926,10 @@ def step6_run_cpp():
     # endregion
 
     assert str(network.input(0).get_partial_shape()) == "[?,3,?,?]", network.input(0)
-    if harness.TORCH < (2, 6):
-        harness.differs("only the dynamo=False models: step 2 needs torch 2.6")
 
 
 cpp_ops = None  # step 6's Core, with the C++ ops
+HONOURED: dict = {}  # step 7's: precision hint -> what this CPU computes in when asked for it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -890,20 +937,22 @@ cpp_ops = None  # step 6's Core, with the C++ ops
 # ---------------------------------------------------------------------------------------------
 
 
+@harness.needs_torch("2.6", DYNAMO)
 def step7_precision():
     """bf16 and f16: every element type the CPU plugin hands a kernel"""
+    global HONOURED
     if cpp_ops is None:
         raise harness.Skip("needs step 5's library")
 
     # region step7
     capabilities = cpp_ops.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    default = cpp_ops.compile_model("threshold_net.onnx", "CPU")  # no config: the defaults
+    default = cpp_ops.compile_model("dynamo_threshold_net.onnx", "CPU")  # no config: the defaults
     precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
     print(f"  this CPU: {' '.join(capabilities)}; by default the plugin infers in {precision}")
     honoured = {}
     for hint in ("bf16", "f16"):
         config = {"INFERENCE_PRECISION_HINT": hint}
-        compiled = cpp_ops.compile_model("threshold_net.onnx", "CPU", config)
+        compiled = cpp_ops.compile_model("dynamo_threshold_net.onnx", "CPU", config)
         honoured[hint] = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
         print(f"  asked for {hint}: {honoured[hint]}")
     # endregion
@@ -914,17 +963,19 @@ def step7_precision():
         assert honoured[hint] == hint or capability not in capabilities, (hint, capabilities)
     assert precision == default_precision(capabilities), (precision, capabilities)
 
-    x = EXPORTED["threshold.onnx"][1][0]
+    HONOURED = honoured  # for step 9
+    x = EXPORTED["dynamo_threshold.onnx"][1][0]
     # region step7-2
     LOW_PRECISION = {  # model -> (its element type, the config to compile it with)
         "threshold_bf16.onnx": (torch.bfloat16, {}),
         "threshold_f16.onnx": (torch.float16, {"INFERENCE_PRECISION_HINT": "f16"}),
     }
     for path, (dtype, _) in LOW_PRECISION.items():
-        torch.onnx.export(
-            torch.nn.Threshold(0.1, 20).eval(), (x.to(dtype),), path, dynamo=False,
-            opset_version=12, custom_opsets={"rknn_cst": 1},
+        program = torch.onnx.export(
+            torch.nn.Threshold(0.1, 20).eval(), (x.to(dtype),), dynamo=True, verbose=False,
+            custom_translation_table=TRANSLATIONS,
         )
+        program.save(path)
     # endregion
 
     for path, elem_type in (("threshold_bf16.onnx", "BFLOAT16"), ("threshold_f16.onnx", "FLOAT16")):
@@ -966,10 +1017,10 @@ def step7_precision():
     # endregion
 
     # region step7-5
-    model, inputs = EXPORTED["threshold_net.onnx"]
+    model, inputs = EXPORTED["dynamo_threshold_net.onnx"]
     expected = model(*inputs).detach().numpy()
     bf16_hint = {"INFERENCE_PRECISION_HINT": "bf16"}  # the default on a CPU with AVX512_BF16
-    (bf16,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, bf16_hint)
+    (bf16,) = run_openvino(cpp_ops, "dynamo_threshold_net.onnx", inputs, bf16_hint)
     diff = np.abs(bf16 - expected)
     print(f"  in bf16: max abs diff {diff.max():.2f}, median {np.median(diff):.3f}")
     # endregion
@@ -986,12 +1037,12 @@ def step7_precision():
     # region step7-6
     accuracy = {"EXECUTION_MODE_HINT": "ACCURACY"}  # the model's own precision, f32 here
     for label, config in (("f32", F32), ("ACCURACY", accuracy)):
-        (result,) = run_openvino(cpp_ops, "threshold_net.onnx", inputs, config)
-        compare(f"threshold_net.onnx, {label}", result, expected, rtol=1e-5, atol=1e-5)
+        (result,) = run_openvino(cpp_ops, "dynamo_threshold_net.onnx", inputs, config)
+        compare(f"dynamo_threshold_net.onnx, {label}", result, expected, rtol=1e-5, atol=1e-5)
     # endregion
 
     for hint in sorted({h for h, got in honoured.items() if got == h}):  # what this CPU runs
-        every_model_at(hint)
+        every_model_at(hint, EXPORTED)
 
 
 # region kernel_type
@@ -1020,14 +1071,14 @@ def run_typed(core, path, inputs, config):
 EPSILON = {"bf16": 2.0**-8, "f16": 2.0**-11}  # half the gap between 1 and the next number
 
 
-def every_model_at(hint):
-    """Every model of steps 1 and 2 compiled with HINT (one this CPU honours), with both op
-    libraries: each runs, the C++ and the Python ops agree to a rounding of their results, and
+def every_model_at(hint, exported):
+    """Every model of EXPORTED (step 1's or step 9's) compiled with HINT (one this CPU honours),
+    with both op libraries: each runs, the C++ and the Python ops agree to a rounding of their results, and
     the outputs stay near PyTorch's: the median difference within 2 roundings of the largest
     output (HINT rounds every Conv's inputs; a flipped threshold moves a few outputs far)."""
     config, eps = {"INFERENCE_PRECISION_HINT": hint}, EPSILON[hint]
     worst = 0.0
-    for path, (model, inputs) in EXPORTED.items():
+    for path, (model, inputs) in exported.items():
         python = run_openvino(python_ops, path, inputs, config)
         cpp = run_openvino(cpp_ops, path, inputs, config)
         for got, other, wanted in zip(cpp, python, pytorch_outputs(model, inputs), strict=True):
@@ -1037,7 +1088,7 @@ def every_model_at(hint):
             median = float(np.median(np.abs(got - wanted))) / scale
             assert median <= 2 * eps, (path, hint, median)
             worst = max(worst, median / eps)
-    print(f"  {len(EXPORTED)} models in {hint}, C++ and Python ops: they agree; median difference")
+    print(f"  {len(exported)} models in {hint}, C++ and Python ops: they agree; median difference")
     print(f"    from PyTorch {worst:.1f} roundings of the largest output at most")
 
 
@@ -1098,6 +1149,7 @@ def host_outputs(path):
 # endregion
 
 
+@harness.needs_torch("2.6", DYNAMO)
 def step8_cpp_program():
     """Your own C++ program: add_extension, and the libraries to ship"""
     if cpp_ops is None:
@@ -1110,7 +1162,7 @@ def step8_cpp_program():
     if build.returncode != 0:
         raise RuntimeError(f"the build failed:\n{build.stdout}")
 
-    for path in ("threshold_net.onnx", "dual_residual.onnx", "foo_net.onnx"):
+    for path in ("dynamo_threshold_net.onnx", "dynamo_dual_residual.onnx", "dynamo_foo_net.onnx"):
         model, inputs = EXPORTED[path]
         ramps = [torch.arange(t.numel()).remainder(16).div(8).sub(1).view(t.shape) for t in inputs]
         expected = pytorch_outputs(model, ramps)
@@ -1120,7 +1172,8 @@ def step8_cpp_program():
 
     # region step8-3
     libs = pathlib.Path(ov.__file__).parent / "libs"
-    host = [os.path.abspath("cst_host"), os.path.abspath("libcst_ops.so"), "threshold_net.onnx"]
+    host = [os.path.abspath("cst_host"), os.path.abspath("libcst_ops.so")]
+    host.append("dynamo_threshold_net.onnx")
     traced = subprocess.run(
         host, env=dict(os.environ, LD_DEBUG="libs"), capture_output=True, text=True, check=True
     )
@@ -1136,9 +1189,105 @@ def step8_cpp_program():
     assert any(p.endswith("/libcst_ops.so") for p in loaded), loaded
 
 
+
+# ---------------------------------------------------------------------------------------------
+# 9. Code that still uses dynamo=False: the same nodes from symbolics
+# ---------------------------------------------------------------------------------------------
+
+
+# region threshold_symbolic
+@parse_args("v", "f", "f")
+def threshold_symbolic(g, x, threshold, value):
+    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+    return y.setType(x.type())
+
+
+@parse_args("v", "v", "f")
+def dual_residual_symbolic(g, x, y, alpha):
+    x_res, y_res = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
+    return x_res.setType(x.type()), y_res.setType(y.type())
+
+
+@parse_args("v", "v", "f", "i", "s", "fs", "is")
+def foo_symbolic(g, x, y, alpha, beta, mode, scales, dims):
+    z = g.op(
+        "rknn_cst::Foo", x, y,
+        alpha_f=alpha, beta_i=beta, mode_s=mode, scales_f=scales, dims_i=dims,
+    )
+    shape = [1 if axis in dims else size for axis, size in enumerate(x.type().sizes())]
+    return z.setType(x.type().with_sizes(shape))
+# endregion
+
+
+
+def step9_export_dynamo_false():
+    """Code that still uses dynamo=False: the same nodes from symbolics"""
+    # region step9
+    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
+    register_custom_op_symbolic("cst_py::dual_residual", dual_residual_symbolic, 12)
+    register_custom_op_symbolic("cst_py::foo_forward", foo_symbolic, 12)
+    for name, (model, inputs) in MODELS.items():
+        torch.onnx.export(
+            model, inputs, f"{name}.onnx", dynamo=False, opset_version=12,
+            custom_opsets={"rknn_cst": 1},
+        )
+    # endregion
+
+    for name in MODELS:
+        written = harness.show(f"{name}.onnx")
+        custom = [n for n in written.graph.node if n.domain == "rknn_cst"]
+        assert len(custom) == 1, f"{name}.onnx: {harness.op_types(f'{name}.onnx')}"
+    assert harness.op_types("threshold_net.onnx") == ["Conv", "rknn_cst.cstThreshold", "Conv"]
+    (foo_node,) = onnx.load("foo.onnx").graph.node
+    kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute}
+    assert kinds == {
+        "alpha": "FLOAT", "beta": "INT", "mode": "STRING", "scales": "FLOATS", "dims": "INTS"
+    }, kinds
+
+    # region step9-2
+    core = ov.Core()
+    with expect_error("No conversion rule found for operations: rknn_cst.cstThreshold"):
+        core.read_model("threshold.onnx")
+    with expect_error("Conversion is failed for: Conv-"):
+        core.read_model("threshold_net.onnx")
+    # endregion
+
+    global opset_ops, python_ops, cpp_ops
+    if opset_ops is None:  # torch < 2.6: steps 3, 4 and 6 did not run; the same extensions
+        harness.differs("steps 3, 4 and 6 skipped: test.py loads their extensions here")
+        opset_ops = core_with(threshold_from_ops, dual_residual_from_ops, foo_from_ops)
+        python_ops = core_with(convert_threshold, convert_dual_residual, convert_foo)
+        if os.path.isfile("libcst_ops.so"):  # step 5 built it
+            cpp_ops = ov.Core()
+            cpp_ops.add_extension(os.path.abspath("libcst_ops.so"))
+    # region step9-3
+    cores = {"opset": opset_ops, "Python": python_ops, "C++": cpp_ops}
+    for name, (model, inputs) in MODELS.items():
+        expected = pytorch_outputs(model, inputs)
+        for label, core in cores.items():
+            if core is None:  # no C++ compiler: step 5 skipped
+                continue
+            outputs = run_openvino(core, f"{name}.onnx", inputs)
+            for number, (actual, wanted) in enumerate(zip(outputs, expected, strict=True)):
+                compare(f"{name}.onnx[{number}] {label}", actual, wanted, rtol=1e-5, atol=1e-5)
+    # endregion
+
+    if cpp_ops is not None:  # every model in each precision this CPU honours, as step 7 did
+        for hint in sorted({h for h, got in HONOURED.items() if got == h}):
+            every_model_at(hint, {f"{name}.onnx": MODELS[name] for name in MODELS})
+
 # ---------------------------------------------------------------------------------------------
 # Test-only helpers
 # ---------------------------------------------------------------------------------------------
+
+
+def core_with(threshold, dual_residual, foo):
+    """A Core with the three conversion functions, as steps 3 and 4 make theirs."""
+    core = ov.Core()
+    for name, function in (("cstThreshold", threshold), ("cstDualResidual", dual_residual),
+                           ("Foo", foo)):
+        core.add_extension(ConversionExtension(name, "rknn_cst", function))
+    return core
 
 
 def default_precision(capabilities) -> str:
@@ -1154,7 +1303,7 @@ def threshold_flips(model, inputs, config) -> int:
     """How many of the custom node's outputs in OpenVINO took the other branch than in PyTorch
     (one is `value`, the other not): the node's output made a model output, compiled with CONFIG.
     """
-    network = cpp_ops.read_model("threshold_net.onnx")
+    network = cpp_ops.read_model("dynamo_threshold_net.onnx")
     (node,) = [op for op in network.get_ops() if op.get_type_name() == "CstThreshold"]
     network.add_outputs([node.output(0)])
     compiled = cpp_ops.compile_model(network, "CPU", config)
@@ -1166,20 +1315,21 @@ def threshold_flips(model, inputs, config) -> int:
 # ---------------------------------------------------------------------------------------------
 
 STEPS = (
-    step1_export_dynamo_false,
-    step2_export_dynamo_true,
-    step3_no_extension,
+    step1_export_dynamo_true,
+    step2_no_extension,
+    step3_opset_ops,
     step4_python_ops,
     step5_build_cpp,
     step6_run_cpp,
     step7_precision,
     step8_cpp_program,
+    step9_export_dynamo_false,
 )
 _NAMES = ("threshold", "threshold_net", "dual_residual", "dual_residual_net", "foo", "foo_net")
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
-    1: tuple(f"{name}.onnx" for name in _NAMES),
-    2: tuple(f"dynamo_{name}.onnx" for name in _NAMES),
+    1: tuple(f"dynamo_{name}.onnx" for name in _NAMES) if harness.TORCH >= (2, 6) else (),
     7: ("threshold_bf16.onnx", "threshold_f16.onnx"),
+    9: tuple(f"{name}.onnx" for name in _NAMES),
 }
 FAILURES = ()  # no failing model: step 6's failure is a library, failures/libcst_ops_float_list.so
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
@@ -1189,19 +1339,19 @@ CAUSES = {
         "the ONNX frontend has no conversion for the custom-domain node (or one registered "
         "without its domain): add `openvino.frontend.onnx.ConversionExtension(name, domain, fn)` "
         "or a C++ library's `OpExtension`",
-        4,
+        3,
     ),
     "Conversion is failed for: Conv-": (
         "OpenVINO",
         "follows from an unconverted custom node before the Conv: its output has no shape, so the "
         "Conv's input rank is unknown; the custom node's extension fixes both",
-        4,
+        3,
     ),
     "The input data tensor's rank has to be known (static)": (
         "OpenVINO",
         "the Conv after an unconverted custom node: that node's output has no shape; the custom "
         "node's extension fixes both",
-        4,
+        3,
     ),
     "Unsupported operation of type: CstThreshold": (
         "OpenVINO",

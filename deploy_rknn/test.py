@@ -2,8 +2,8 @@
 
 Run: python test.py [--out DIR] [-v] [--seed N]
 
-Steps 1-3 run here, in the main environment: they export the models with dynamo=False and
-dynamo=True, each with its inputs and PyTorch's outputs beside it as .npy files. Steps 4-8 need
+Steps 1-3 run here, in the main environment: they export the models with dynamo=True (the
+default), then with dynamo=False, each with its inputs and PyTorch's outputs beside it as .npy files. Steps 4-8 need
 RKNN-Toolkit2, whose pins (torch<=2.4.0, numpy<=1.26.4, onnx<=1.18.0) cannot share it: test.py
 starts itself again under $RKNN_PYTHON, else ../.venv-rknn/bin/python, with a hidden flag, and
 folds that half's step statuses into DIR/steps.json; without that interpreter they are skipped
@@ -30,7 +30,7 @@ from page_helpers import expect_error  # the page's helpers, written once
 # Each page script's imports, word for word (a pasted script starts with them) -----------------
 
 if IN_RKNN:  # the second script's (README: "In the RKNN environment"), and its helper
-    # region step3-4
+    # region rknn_imports
     import contextlib
     import glob
     import os
@@ -81,7 +81,7 @@ else:  # the first script's (the main environment)
         except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
             assert_onnx_program = None
 
-    try:  # step 3 runs the custom nodes in ONNX Runtime with it
+    try:  # step 2 runs the custom nodes in ONNX Runtime with it
         from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
     except ImportError:  # pip install onnxruntime-extensions
         onnx_op = None
@@ -199,85 +199,7 @@ def step1_models():
     MODELS.append(edge)
 
 
-# 2. Export with dynamo=False --------------------------------------------------------------------
-
-
-def step2_export_torchscript():
-    """Export with dynamo=False (the TorchScript-based exporter)"""
-    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS
-
-    # region threshold_symbolic
-    @parse_args("v", "f", "f")
-    def threshold_symbolic(g, x, threshold, value):
-        # register_onnx_symbolic/ step 1: one node, the scalars as FLOAT attributes, typed output.
-        out = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
-        out.setType(x.type())
-        return out
-
-    @parse_args("v", "v", "f")
-    def dual_residual_symbolic(g, x, y, alpha):
-        # register_pytorch_op/ step 3: outputs=2 makes g.op return one Value per output.
-        out_x, out_y = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
-        out_x.setType(x.type())
-        out_y.setType(y.type())
-        return out_x, out_y
-
-    @parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
-    def deform_conv2d_symbolic(
-        g, x, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
-        groups, offset_group, use_mask,
-    ):
-        # register_onnx_symbolic/ step 6: ONNX DeformConv (opset 19) takes X, W, offset, B, mask.
-        inputs = [x, weight, offset, bias] + ([mask] if use_mask else [])
-        return g.op(
-            "DeformConv",
-            *inputs,
-            strides_i=[stride_h, stride_w],
-            pads_i=[pad_h, pad_w, pad_h, pad_w],  # ONNX lists begins then ends
-            dilations_i=[dil_h, dil_w],
-            group_i=groups,
-            offset_group_i=offset_group,
-        )
-
-    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
-    register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
-    register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
-    # endregion
-
-    with harness.quiet() as held:  # the exporter's C++ warnings, if any (shown with -v)
-        # region step2
-        # opset 19: ONNX has DeformConv since 19, and RKNN-Toolkit2 2.5.0 reads up to 19.
-        for path, model, inputs in [
-            ("threshold.onnx", threshold_model, (x,)),
-            ("dual_residual.onnx", dual_residual_model, (x, y)),
-            ("conv_threshold.onnx", conv_model, (x,)),
-            ("deform_conv.onnx", deform_model, (x,)),
-        ]:
-            torch.onnx.export(model, inputs, path, dynamo=False, opset_version=19)
-            save_case(path, model, inputs)
-            print_nodes(path)
-
-        path = "failures/identity_conv_threshold.onnx"
-        torch.onnx.export(edge_model, (edge,), path, dynamo=False, opset_version=19)
-        save_case(path, edge_model, (edge,))
-        print_nodes(path)
-        # endregion
-
-    # custom_opsets (deprecated) is left out: rknn_cst is imported at version 1 without it, and
-    # deform_conv.onnx (no rknn_cst node) draws no "Custom opset domain ... not used" warning.
-    assert "Custom opset domain" not in held[0], held[0]
-    for name in ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", path):
-        assert harness.opsets_of(onnx.load(name)) == {"": 19, "rknn_cst": 1}, name
-    assert harness.opsets_of(onnx.load("deform_conv.onnx")) == {"": 19}
-    check_models("")
-    assert harness.op_types(path) == ["Conv", "rknn_cst.cstThreshold"], path
-    assert node_attributes("threshold.onnx") == {"threshold": 0.1, "value": 20.0}
-    assert node_attributes("dual_residual.onnx") == {"alpha": 0.5}
-    assert node_attributes("conv_threshold.onnx") == {"threshold": 0.1, "value": 0.1}
-    print("  each passes onnx.checker; rknn_cst imported at version 1 with no custom_opsets")
-
-
-# 3. Export with dynamo=True, the way RKNN can read it -------------------------------------------
+# 2. Export with dynamo=True, the way RKNN can read it -------------------------------------------
 
 
 # region rknn_schema
@@ -309,7 +231,7 @@ def default_domain_first(path):
 
 
 @harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
-def step3_export_dynamo():
+def step2_export_dynamo():
     """Export with dynamo=True (the torch.export-based exporter), the way RKNN can read it"""
     x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS
     if onnx_op is None:
@@ -338,6 +260,33 @@ def step3_export_dynamo():
         torch.ops.cst.dual_residual.default: dual_residual_translation,
     }
     # endregion
+
+    # region step2
+    # Without opset_version: torch >= 2.9 writes opset 20, which RKNN-Toolkit2 2.5.0 refuses.
+    onnx_program = torch.onnx.export(
+        conv_model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
+    )
+    # endregion
+    if harness.TORCH < (2, 9):  # the default was 18, which RKNN reads: write step 8's file at 20
+        harness.differs("dynamo=True writes opset 18 by default (20 from 2.9): the trap file is 20")
+        assert harness.opsets_of(onnx_program.model_proto)[""] == 18
+        onnx_program = torch.onnx.export(  # as torch >= 2.9 writes it by default
+            conv_model, (x,), dynamo=True, opset_version=20, verbose=False,
+            custom_translation_table=translations,
+        )
+    # region step2-2
+    onnx_program.save("failures/conv_threshold_opset20.onnx")
+    print_nodes("failures/conv_threshold_opset20.onnx")
+    # With opset 19 alone: rknn_cst is listed first, and RKNN's build() fails (step 8).
+    onnx_program = torch.onnx.export(
+        threshold_model, (x,), dynamo=True, opset_version=19, verbose=False,
+        custom_translation_table=translations,
+    )
+    onnx_program.save("failures/threshold_custom_domain_first.onnx")
+    print_nodes("failures/threshold_custom_domain_first.onnx")
+    # endregion
+    assert harness.opsets_of(onnx.load("failures/conv_threshold_opset20.onnx"))[""] == 20
+    assert first_opset("failures/threshold_custom_domain_first.onnx") == ("rknn_cst", 1)
 
     # region cst_threshold_kernel
     # ONNX Runtime has no kernel for the rknn_cst nodes. Python stand-ins (onnxruntime-extensions),
@@ -368,7 +317,8 @@ def step3_export_dynamo():
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     # endregion
 
-    # region step3
+    # region step2-3
+    # The fix: opset_version=19, and the standard domain first in the saved file.
     for path, model, inputs in [
         ("threshold_dynamo.onnx", threshold_model, (x,)),
         ("dual_residual_dynamo.onnx", dual_residual_model, (x, y)),
@@ -387,38 +337,89 @@ def step3_export_dynamo():
         print_nodes(path)
     # endregion
 
-    # region step3-2
-    # Without opset_version: torch >= 2.9 writes opset 20, which RKNN-Toolkit2 2.5.0 refuses.
-    onnx_program = torch.onnx.export(
-        conv_model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
-    )
-    # endregion
-    if harness.TORCH < (2, 9):  # the default was 18, which RKNN reads: write step 8's file at 20
-        harness.differs("dynamo=True writes opset 18 by default (20 from 2.9): the trap file is 20")
-        assert harness.opsets_of(onnx_program.model_proto)[""] == 18
-        onnx_program = torch.onnx.export(  # as torch >= 2.9 writes it by default
-            conv_model, (x,), dynamo=True, opset_version=20, verbose=False,
-            custom_translation_table=translations,
-        )
-    # region step3-3
-    onnx_program.save("failures/conv_threshold_opset20.onnx")
-    print_nodes("failures/conv_threshold_opset20.onnx")
-    # Without default_domain_first: rknn_cst is listed first, and RKNN's build() fails (step 8).
-    onnx_program = torch.onnx.export(
-        threshold_model, (x,), dynamo=True, opset_version=19, verbose=False,
-        custom_translation_table=translations,
-    )
-    onnx_program.save("failures/threshold_custom_domain_first.onnx")
-    print_nodes("failures/threshold_custom_domain_first.onnx")
-    # endregion
-
     check_models("_dynamo")
     assert node_attributes("threshold_dynamo.onnx") == {"threshold": 0.1, "value": 20.0}
     assert node_attributes("dual_residual_dynamo.onnx") == {"alpha": 0.5}
     assert not onnx.defs.has("cstThreshold", "rknn_cst"), "a schema leaked into ONNX's registry"
-    assert harness.opsets_of(onnx.load("failures/conv_threshold_opset20.onnx"))[""] == 20
-    assert first_opset("failures/threshold_custom_domain_first.onnx") == ("rknn_cst", 1)
     print("  each matched PyTorch in ONNX Runtime; no rknn_cst schema registered with ONNX")
+
+
+# 3. dynamo=False: the same nodes from symbolic functions ----------------------------------------
+
+
+def step3_export_torchscript():
+    """dynamo=False (the TorchScript-based exporter): the same nodes from symbolic functions"""
+    x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS
+
+    # region threshold_symbolic
+    @parse_args("v", "f", "f")
+    def threshold_symbolic(g, x, threshold, value):
+        # As in register_onnx_symbolic/: one node, the scalars as FLOAT attributes, typed output.
+        out = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+        out.setType(x.type())
+        return out
+
+    @parse_args("v", "v", "f")
+    def dual_residual_symbolic(g, x, y, alpha):
+        # As in register_pytorch_op/: outputs=2 makes g.op return one Value per output.
+        out_x, out_y = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
+        out_x.setType(x.type())
+        out_y.setType(y.type())
+        return out_x, out_y
+
+    @parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
+    def deform_conv2d_symbolic(
+        g, x, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+        groups, offset_group, use_mask,
+    ):
+        # As in register_onnx_symbolic/: ONNX DeformConv (opset 19) takes X, W, offset, B, mask.
+        inputs = [x, weight, offset, bias] + ([mask] if use_mask else [])
+        return g.op(
+            "DeformConv",
+            *inputs,
+            strides_i=[stride_h, stride_w],
+            pads_i=[pad_h, pad_w, pad_h, pad_w],  # ONNX lists begins then ends
+            dilations_i=[dil_h, dil_w],
+            group_i=groups,
+            offset_group_i=offset_group,
+        )
+
+    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
+    register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
+    register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
+    # endregion
+
+    with harness.quiet() as held:  # the exporter's C++ warnings, if any (shown with -v)
+        # region step3
+        # opset 19: ONNX has DeformConv since 19, and RKNN-Toolkit2 2.5.0 reads up to 19.
+        for path, model, inputs in [
+            ("threshold.onnx", threshold_model, (x,)),
+            ("dual_residual.onnx", dual_residual_model, (x, y)),
+            ("conv_threshold.onnx", conv_model, (x,)),
+            ("deform_conv.onnx", deform_model, (x,)),
+        ]:
+            torch.onnx.export(model, inputs, path, dynamo=False, opset_version=19)
+            save_case(path, model, inputs)
+            print_nodes(path)
+
+        path = "failures/identity_conv_threshold.onnx"
+        torch.onnx.export(edge_model, (edge,), path, dynamo=False, opset_version=19)
+        save_case(path, edge_model, (edge,))
+        print_nodes(path)
+        # endregion
+
+    # custom_opsets (deprecated) is left out: rknn_cst is imported at version 1 without it, and
+    # deform_conv.onnx (no rknn_cst node) draws no "Custom opset domain ... not used" warning.
+    assert "Custom opset domain" not in held[0], held[0]
+    for name in ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", path):
+        assert harness.opsets_of(onnx.load(name)) == {"": 19, "rknn_cst": 1}, name
+    assert harness.opsets_of(onnx.load("deform_conv.onnx")) == {"": 19}
+    check_models("")
+    assert harness.op_types(path) == ["Conv", "rknn_cst.cstThreshold"], path
+    assert node_attributes("threshold.onnx") == {"threshold": 0.1, "value": 20.0}
+    assert node_attributes("dual_residual.onnx") == {"alpha": 0.5}
+    assert node_attributes("conv_threshold.onnx") == {"threshold": 0.1, "value": 0.1}
+    print("  each passes onnx.checker; rknn_cst imported at version 1 with no custom_opsets")
 
 
 # In the RKNN environment (rknn-toolkit2 2.5.0, torch 2.4.0): steps 4-8, a second process ====
@@ -545,12 +546,12 @@ def step6_convert_and_compare():
         # region step6
         results = {}
         for path in [
-            "threshold.onnx", "threshold_dynamo.onnx",
-            "dual_residual.onnx", "dual_residual_dynamo.onnx",
-            "conv_threshold.onnx", "conv_threshold_dynamo.onnx",
-            "deform_conv.onnx", "deform_conv_dynamo.onnx",
+            "threshold_dynamo.onnx", "threshold.onnx",
+            "dual_residual_dynamo.onnx", "dual_residual.onnx",
+            "conv_threshold_dynamo.onnx", "conv_threshold.onnx",
+            "deform_conv_dynamo.onnx", "deform_conv.onnx",
         ]:
-            if not os.path.exists(path):  # torch < 2.6 writes no dynamo=True models (step 3)
+            if not os.path.exists(path):  # torch < 2.6 writes no dynamo=True models (step 2)
                 continue
             rknn = to_rknn(path)
             elementwise = path.startswith(("threshold", "dual_residual"))  # element for element
@@ -560,9 +561,9 @@ def step6_convert_and_compare():
     RESULTS["comparisons"] = results
     expected = [name for step in (2, 3) if exported_by_step(step) for name in KEPT[step]]
     assert sorted(results) == sorted(expected), f"converted {sorted(results)}, not {expected}"
-    if not exported_by_step(3):
-        RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[3])}: {step3_status()}")
-        harness.differs(f"converted the four dynamo=False models only: {step3_status()}")
+    if not exported_by_step(2):
+        RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[2])}: {step2_status()}")
+        harness.differs(f"converted the four dynamo=False models only: {step2_status()}")
 
     with rknn_log():
         # region step6-2
@@ -654,13 +655,13 @@ def step8_traps():
         second_registration=ignored, second_line=second_line, load_rknn_on_simulator=refused
     )
 
-    if not exported_by_step(3):  # the last two traps read step 3's failure files
-        RESULTS["skipped"].append(f"step 8: {', '.join(FAILURES[1:])}: {step3_status()}")
-        harness.differs(f"the two dynamo=True traps not run: {step3_status()}")
+    if not exported_by_step(2):  # the last two traps read step 2's failure files
+        RESULTS["skipped"].append(f"step 8: {', '.join(FAILURES[:2])}: {step2_status()}")
+        harness.differs(f"the two dynamo=True traps not run: {step2_status()}")
         return
     with rknn_log():
         # region step8-4
-        # These two blocks read step 3's files: torch >= 2.6 (test.py leaves them out on 2.4).
+        # These two blocks read step 2's files: torch >= 2.6 (test.py leaves them out on 2.4).
         rknn = RKNN()
         rknn.config(target_platform="rk3588")
         with expect_error("Unsupport onnx opset 20, need <= 19!"):
@@ -680,7 +681,7 @@ def step8_traps():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (step1_models, step2_export_torchscript, step3_export_dynamo)  # here; 4-8: RKNN_STEPS
+STEPS = (step1_models, step2_export_dynamo, step3_export_torchscript)  # here; 4-8: RKNN_STEPS
 RKNN_STEPS = (
     step4_before_the_first_build,
     step5_register,
@@ -689,16 +690,16 @@ RKNN_STEPS = (
     step8_traps,
 )
 KEPT = {  # what each step writes and claims valid; each is also converted to NAME.rknn (step 6)
-    2: ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", "deform_conv.onnx"),
-    3: ("threshold_dynamo.onnx", "dual_residual_dynamo.onnx", "conv_threshold_dynamo.onnx",
+    2: ("threshold_dynamo.onnx", "dual_residual_dynamo.onnx", "conv_threshold_dynamo.onnx",
         "deform_conv_dynamo.onnx"),
+    3: ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", "deform_conv.onnx"),
 }
-FAILURES = (
-    "failures/identity_conv_threshold.onnx",
+FAILURES = (  # step 2's two files that RKNN refuses (step 8), step 3's float16 edge (step 6)
     "failures/conv_threshold_opset20.onnx",
     "failures/threshold_custom_domain_first.onnx",
+    "failures/identity_conv_threshold.onnx",
 )
-CONVERTED = tuple(m for models in KEPT.values() for m in models) + FAILURES[:1]
+CONVERTED = tuple(m for models in KEPT.values() for m in models) + FAILURES[2:]
 RESULTS_FILE = "rknn_results.json"  # the RKNN half's statuses and measurements (tests/ read it)
 OTHER_FILES = (RESULTS_FILE, *(m.removesuffix(".onnx") + ".rknn" for m in CONVERTED)) + tuple(
     f"{m.removesuffix('.onnx')}_{kind}_{i}.npy"
@@ -725,13 +726,13 @@ CAUSES = {
         "RKNN-Toolkit2",
         "a `dynamo=True` model without `opset_version`: torch 2.9+ writes opset 20, "
         "RKNN-Toolkit2 2.5.0 reads up to 19",
-        3,
+        2,
     ),
     "IndexError: _Map_base::at": (
         "RKNN-Toolkit2",
         "a `dynamo=True` model that lists the custom domain before the default one in "
         "`opset_import`: RKNN's version converter fails",
-        3,
+        2,
     ),
 }
 
@@ -823,10 +824,10 @@ def exported_by_step(number: int) -> bool:
     return FIRST_HALF["steps"][str(number)]["status"] in ("runs", "differs")
 
 
-def step3_status() -> str:
-    step = FIRST_HALF["steps"]["3"]
+def step2_status() -> str:
+    step = FIRST_HALF["steps"]["2"]
     why = f" ({step['why']})" if step["why"] else ""
-    return f"exported on torch {FIRST_HALF['torch']}, where step 3 {step['status']}{why}"
+    return f"exported on torch {FIRST_HALF['torch']}, where step 2 {step['status']}{why}"
 
 
 LESSON_LINE = re.compile(r'^  (?!File ")\S')  # the lesson's print()s; not a traceback's "  File"
@@ -868,7 +869,7 @@ def layer_targets(log_text: str) -> list[tuple[str, str]]:
 
 
 def check_models(suffix: str) -> None:
-    """The four models of step 2 (SUFFIX "") or 3 ("_dynamo"): the full checker, their nodes,
+    """The four models of step 2 (SUFFIX "_dynamo") or 3 (""): the full checker, their nodes,
     and the standard domain first in their opset imports, at 19 (what RKNN reads)."""
     for name, ops in [
         ("threshold", ["rknn_cst.cstThreshold"]),

@@ -7,8 +7,9 @@ refuses another batch. dynamo=False: dynamic_axes names the dims, and a custom n
 pass them through (a frozen size gives wrong results without an error). dynamo=True: dynamic_shapes
 in one call (strings name the dims), or with torch.export.Dim, captured explicitly, to see what
 torch.export decided; a fake kernel derives the output's sizes (torch.library.opcheck checks it), a
-data-dependent size is an unbacked symbol, and a translation that reads a traced size fails. Every
-model then runs at three batch sizes and two lengths against PyTorch. Every python block of
+data-dependent size is an unbacked symbol, and a translation that reads a traced size fails. The
+data-dependent op then becomes one custom node, run with a Python kernel. Every model then runs at
+three batch sizes and two lengths against PyTorch. Every python block of
 README.md is in this file; the lines around them are the
 checks.
 """
@@ -54,7 +55,7 @@ except ImportError:  # pip install onnxruntime-extensions
 # What the TorchScript exporter prints from C++ before a failing export raises (torch >= 2.8)
 IR_DUMP = ("Torch IR graph at exception",) if harness.TORCH >= (2, 8) else ()
 FROZEN_WARNING = "Expected shape from model of {2,48} does not match actual shape of {2,96}"
-NEEDS = "torch.onnx.ops and is_exporting are in 2.8; custom_translation_table came with 2.6"
+NEEDS = "torch.onnx.ops, and is_in_onnx_export under dynamo=True, are in 2.8"
 
 # ---------------------------------------------------------------------------------------------
 # 1. A fixed-size model fed another batch
@@ -351,7 +352,7 @@ def step2_dynamic_axes():
 # ---------------------------------------------------------------------------------------------
 
 # region threshold_translation
-programs = {}  # file name -> ONNXProgram: step 4 runs each again at other sizes
+programs = {}  # file name -> ONNXProgram: step 5 runs each again at other sizes
 
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
 # register_onnx_symbolic's local schema: it types the node; onnx never registers it
@@ -451,11 +452,12 @@ def positive_translation(x):
 
 # region MinMaxNode
 class MinMaxNode(MinMax):
-    """MinMax that writes its node under torch.export (dynamo=True) too."""
+    """MinMax that writes its node under dynamo=True too."""
 
     @staticmethod
     def forward(ctx, x):
-        if torch.compiler.is_exporting():  # torch.export, explicit or in torch.onnx.export
+        # torch.onnx.export only (either exporter); dynamo=False traces and calls symbolic
+        if torch.onnx.is_in_onnx_export() and not torch.jit.is_tracing():
             reduced = x.shape[:-1]  # symbolic sizes under dynamic shapes: (batch, 3)
             return torch.onnx.ops.symbolic_multi_out(
                 "tutorial::MinMax", (x,), {"axis": -1}, dtypes=(x.dtype, x.dtype),
@@ -684,10 +686,10 @@ def data_dependent_size():
 def function_node_and_baked_sizes():
     x = torch.randn(2, 3, 16)  # step 1's size
     # region step3-10
-    dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length")}}
-    ep = torch.export.export(MinMaxNodeModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
+    names = {"x": {0: "batch", 2: "length"}}  # in one call: explicit capture runs aminmax
     program = torch.onnx.export(
-        ep, dynamo=True, verbose=False, dynamic_shapes=dynamic_shapes, output_names=["low", "high"]
+        MinMaxNodeModel().eval(), (x,), dynamo=True, verbose=False, dynamic_shapes=names,
+        output_names=["low", "high"],
     )
     program.save("min_max_dynamo.onnx")
     print("  min_max_dynamo.onnx:", signature("min_max_dynamo.onnx"))
@@ -747,7 +749,71 @@ def function_node_and_baked_sizes():
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. Every model at three batch sizes and two lengths
+# 4. A size no input gives, as a custom node with a Python kernel
+# ---------------------------------------------------------------------------------------------
+
+# region positive_node
+# Step 3's positive as one custom node: its output's length is known at run time only
+positive_schema = OpSchema(
+    "Positive",
+    "dynshape",
+    1,
+    inputs=[OpSchema.FormalParameter("X", "T")],
+    outputs=[OpSchema.FormalParameter("Y", "T")],
+    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
+)
+positive_op = onnxscript.values.Op(dynshape, "Positive", positive_schema)
+
+
+def positive_node_translation(x):
+    return positive_op(x)  # the exporter types its output from the fake kernel: [u0]
+# endregion
+
+
+@harness.needs_torch("2.8", "it exports step 3's positive, whose step needs 2.8")
+def step4_custom_node_of_unknown_size():
+    """A size no input gives, as a custom node with a Python kernel"""
+    x = torch.randn(2, 3, 16)  # step 1's size
+
+    # region positive_kernel
+    if onnx_op is not None:
+
+        @onnx_op(
+            op_type="dynshape::Positive",
+            inputs=[PyCustomOpDef.dt_float],
+            outputs=[PyCustomOpDef.dt_float],
+        )
+        def positive_kernel(x):
+            return x[x > 0]  # NumPy's boolean indexing: a new 1-D array, as long as it takes
+    # endregion
+
+    # region step4
+    table = {torch.ops.dynshape.positive.default: positive_node_translation}
+    program = torch.onnx.export(
+        PositiveModel().eval(), (x,), dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes={"x": {0: "batch", 2: "length"}},
+    )
+    program.save("positive_node_dynamo.onnx")
+    programs["positive_node_dynamo.onnx"] = program
+    print("  positive_node_dynamo.onnx:", signature("positive_node_dynamo.onnx"))
+    if onnx_op is not None:
+        program.initialize_inference_session(ortx_session)  # with the Python kernel
+        for sample in [x, torch.randn(5, 3, 40), x.abs(), -x.abs()]:  # -x.abs(): none
+            assert_onnx_program(program, args=(sample,), rtol=0, atol=0, strategy=None)
+            print(f"    x{list(sample.shape)} -> {len(positive(sample))} values: matches PyTorch")
+    # endregion
+
+    exported = harness.show("positive_node_dynamo.onnx")
+    assert harness.op_types("positive_node_dynamo.onnx") == ["dynshape.Positive"]
+    (count,) = harness.output_dims(exported)
+    assert count.startswith("u"), count  # an unbacked symbol, as in step 3
+    assert not onnx.defs.has("Positive", "dynshape")
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Every model at three batch sizes and two lengths
 # ---------------------------------------------------------------------------------------------
 
 # region inputs_for
@@ -772,9 +838,9 @@ def cdist_tolerance(x1, x2):
 # endregion
 
 
-def step4_every_size():
+def step5_every_size():
     """Every model at three batch sizes and two lengths"""
-    # region step4
+    # region step5
     for path, model in [
         ("threshold.onnx", ThresholdModel().eval()),
         ("box_blur.onnx", BoxBlurModel()),
@@ -807,10 +873,10 @@ def step4_every_size():
 
 
 def every_size_dynamo():
-    # region step4-2
+    # region step5-2
     for path, program in programs.items():
         print(f"  {path}:", signature(path))
-        if path in ("threshold_dynamo.onnx", "box_blur_dynamo.onnx"):  # custom nodes
+        if path in ("threshold_dynamo.onnx", "box_blur_dynamo.onnx", "positive_node_dynamo.onnx"):
             if onnx_op is None:
                 continue
             program.initialize_inference_session(ortx_session)  # with the Python kernels
@@ -823,7 +889,7 @@ def every_size_dynamo():
         print(f"    matches PyTorch at (batch, length) {SIZES}")
     # endregion
 
-    # region step4-3
+    # region step5-3
     model, path = MinMaxNodeModel(), "min_max_dynamo.onnx"
     print(f"  {path}:", signature(path))
     if onnx_op is not None:
@@ -835,17 +901,17 @@ def every_size_dynamo():
         print(f"    matches PyTorch at (batch, length) {SIZES}")
     # endregion
 
-    assert set(programs) == set(KEPT[3]) - {"min_max_dynamo.onnx"}, programs
+    assert set(programs) == set(KEPT[3] + KEPT[4]) - {"min_max_dynamo.onnx"}, programs
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. What RKNN needs instead
+# 6. What RKNN needs instead
 # ---------------------------------------------------------------------------------------------
 
 
-def step5_rknn():
+def step6_rknn():
     """What RKNN needs instead"""
-    # region step5
+    # region step6
     # RKNN builds a model for a list of input shapes, not symbolic dims (rknn.config's
     # dynamic_input, experimental): one list of every input's shape per set.
     dynamic_input = [[[batch, 3, length]] for batch, length in SIZES]
@@ -861,8 +927,9 @@ STEPS = (
     step1_fixed_size,
     step2_dynamic_axes,
     step3_dynamic_shapes,
-    step4_every_size,
-    step5_rknn,
+    step4_custom_node_of_unknown_size,
+    step5_every_size,
+    step6_rknn,
 )
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     2: ("threshold.onnx", "box_blur.onnx", "min_max.onnx", "cdist.onnx"),
@@ -874,6 +941,7 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
         "cholesky_dynamo.onnx",
         "cdist_dynamo.onnx",
     ),
+    4: ("positive_node_dynamo.onnx",),
 }
 FAILURES = (
     "failures/threshold_fixed_dynamo.onnx",

@@ -9,7 +9,8 @@ converter (no ONNX function for the op); a custom_translation_table then writes 
 node whose attributes are typed by a local schema (dynamo=True); register_custom_op_symbolic writes
 the same node (dynamo=False); a second translation writes standard ONNX ops instead. An
 onnxruntime-extensions Python kernel cannot read the node's FLOATS attribute, so the node is run in
-ONNX Runtime through a test copy that passes the list as a constant input. Last, an op that writes
+ONNX Runtime through a test copy that passes the list as a constant input; demo::pick(Tensor x,
+int[] indices) after it sends an INTS attribute the same way. Last, an op that writes
 into its `out` argument: what torch.export makes of it, what each exporter gives, and the fix.
 Every python block of README.md is in this file.
 """
@@ -348,21 +349,64 @@ def blur1d_numpy(x, weights, dilation, padding):
 
 
 # region lists_as_inputs
+LIST_DTYPES = {onnx.AttributeProto.FLOATS: np.float32, onnx.AttributeProto.INTS: np.int64}
+
+
 def lists_as_inputs(model):
     """A test copy of MODEL for a Python kernel: each demo node moves to onnxruntime-extensions'
     own domain, ai.onnx.contrib, and passes each list attribute as a constant input instead."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for number, node in enumerate(n for n in copy.graph.node if n.domain == "demo"):
-        for attribute in [a for a in node.attribute if a.type == onnx.AttributeProto.FLOATS]:
+        for attribute in [a for a in node.attribute if a.type in LIST_DTYPES]:
             name = f"{node.op_type}_{number}_{attribute.name}"
-            values = np.array(attribute.floats, dtype=np.float32)
+            values = onnx.helper.get_attribute_value(attribute)
+            values = np.array(values, dtype=LIST_DTYPES[attribute.type])  # float32 or int64
             copy.graph.initializer.append(onnx.numpy_helper.from_array(values, name))
             node.input.append(name)
             node.attribute.remove(attribute)
         node.domain = "ai.onnx.contrib"
     copy.opset_import.append(onnx.helper.make_opsetid("ai.onnx.contrib", 1))
     return copy
+# endregion
+
+
+# region pick
+# An op with an int list: the values of the last dimension at `indices`, in that order
+@torch.library.custom_op("demo::pick", mutates_args=())
+def pick(x: torch.Tensor, indices: typing.Sequence[int]) -> torch.Tensor:
+    return x[..., list(indices)]  # a new tensor: indexing with a list copies
+
+
+@pick.register_fake
+def _(x, indices):
+    return x.new_empty(*x.shape[:-1], len(indices))
+
+
+PICK_SCHEMA = onnx.defs.OpSchema(
+    "Pick",
+    "demo",
+    1,
+    inputs=[onnx.defs.OpSchema.FormalParameter("x", "T")],
+    outputs=[onnx.defs.OpSchema.FormalParameter("y", "T")],
+    type_constraints=[("T", ["tensor(float)"], "float32, as the kernels")],
+    attributes=[
+        onnx.defs.OpSchema.Attribute("indices", onnx.defs.OpSchema.AttrType.INTS, "positions"),
+    ],
+)
+Pick = onnxscript.values.Op(onnxscript.values.Opset("demo", 1), "Pick", PICK_SCHEMA)
+
+
+def pick_translation(x, indices):
+    return Pick(x, indices=indices)  # the schema types it: INTS
+
+
+PICKED = [15, 10, 5, 0]
+
+
+class BlurPick(torch.nn.Module):
+    def forward(self, x):
+        return pick(blur1d(x, WEIGHTS, DILATION, PADDING), PICKED)  # a float and an int list
 # endregion
 
 
@@ -419,6 +463,17 @@ def step5_python_kernel():
         return blur1d_numpy(x, weights.tolist(), dilation, padding)
     # endregion
 
+    # region pick_kernel
+    @onnx_op(
+        op_type="Pick",  # in ai.onnx.contrib too
+        inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_int64],  # x, and indices as a tensor
+        outputs=[PyCustomOpDef.dt_float],
+    )
+    def pick_kernel(x, indices):
+        print("  pick_kernel received:", indices.dtype, indices.tolist())
+        return x[..., indices]
+    # endregion
+
     # region step5-2
     test_copy = lists_as_inputs(onnx.load("blur1d_torchscript.onnx"))
     options = ort.SessionOptions()
@@ -438,21 +493,36 @@ def step5_python_kernel():
 def python_kernel_dynamo(model, x):
     # Needs torch >= 2.6 (custom_translation_table); relies on step 2's fake kernel.
     # region step5-3
+    torch.library.opcheck(pick, (x, PICKED))  # raises if the fake kernel is wrong
+    table = {
+        torch.ops.demo.blur1d.default: blur1d_translation,
+        torch.ops.demo.pick.default: pick_translation,
+    }
     onnx_program = torch.onnx.export(
-        model,
-        (x,),
-        dynamo=True,
-        verbose=False,
-        custom_translation_table={torch.ops.demo.blur1d.default: blur1d_translation},
+        BlurPick().eval(), (x,), dynamo=True, verbose=False, custom_translation_table=table
     )
+    onnx_program.save("blur1d_pick_dynamo.onnx")
     onnx_program.initialize_inference_session(python_kernel_session)
     assert_onnx_program(onnx_program, rtol=1e-5, atol=1e-6)  # ONNX Runtime vs PyTorch
-    print("  the dynamo=True program matches PyTorch in ONNX Runtime, with the Python kernel")
+    print("  the dynamo=True program matches PyTorch in ONNX Runtime, with the Python kernels")
+    test_copy = lists_as_inputs(onnx_program.model_proto)
+    nodes = [f"{n.op_type}({', '.join(n.input)})" for n in test_copy.graph.node]
+    print("  test copy:", ", ".join(nodes))
     # endregion
 
-    # The file step 2 wrote runs the same way.
+    written = harness.show("blur1d_pick_dynamo.onnx")
+    assert harness.op_types("blur1d_pick_dynamo.onnx") == ["demo.Blur1d", "demo.Pick"]
+    (node,) = [n for n in written.graph.node if n.op_type == "Pick"]
+    assert harness.attributes(node) == {"indices": ("INTS", PICKED)}, harness.attributes(node)
+    ends = [tuple(n.input[1:]) for n in test_copy.graph.node]
+    assert ends == [("Blur1d_0_weights",), ("Pick_1_indices",)], ends
+    constants = {i.name: onnx.numpy_helper.to_array(i) for i in test_copy.graph.initializer}
+    assert constants["Pick_1_indices"].dtype == np.int64, constants
+
+    # The file step 2 wrote runs the same way (its kernel's line held back: the page shows it)
     session = python_kernel_session(pathlib.Path("blur1d_dynamo.onnx").read_bytes())
-    (actual,) = session.run(None, {"x": x.numpy()})
+    with contextlib.redirect_stdout(io.StringIO()):
+        (actual,) = session.run(None, {"x": x.numpy()})
     np.testing.assert_allclose(actual, model(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -605,6 +675,7 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
     2: ("blur1d_dynamo.onnx",),
     3: ("blur1d_torchscript.onnx",),
     4: ("blur1d_standard_torchscript.onnx", *(("blur1d_standard_dynamo.onnx",) if DYNAMO else ())),
+    5: ("blur1d_pick_dynamo.onnx",) if DYNAMO else (),
 }
 FAILURES = ("failures/blur1d_plain.onnx", "failures/blur1d_into_torchscript.onnx")
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
@@ -631,7 +702,8 @@ CAUSES = {
     "Unable to find attribute 'weights' due to 'Attribute name and type don't match'": (
         "ONNX Runtime",
         "an onnxruntime-extensions Python kernel reads int, float and string attributes only; "
-        "`weights` is FLOATS: pass the list as a constant input",
+        "`weights` is FLOATS (an INTS attribute fails the same way): pass the list as a constant "
+        "input",
         5,
     ),
     "Error when translating node %auto_functionalized": (

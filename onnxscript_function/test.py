@@ -2,11 +2,12 @@
 
 Run: python test.py [--out DIR] [-v]
 
-An op with no single ONNX equivalent that standard ops can compute is written once as an
-onnxscript function. dynamo=False: g.onnxscript_op puts a call to it in the graph and the function
-(a FunctionProto) in the model. dynamo=True: custom_translation_table takes it, and the exporter
-inlines it. Every python block of README.md is in this file;
-the lines around them are the checks.
+An op ONNX has no operator for (here torch.special.spherical_bessel_j0, sin(x) / x), which
+standard ops can compute, is written once as an onnxscript function. dynamo=True:
+custom_translation_table takes it, and the exporter inlines it. dynamo=False: g.onnxscript_op puts
+a call to it in the graph and the function (a FunctionProto) in the model; the source material's
+Selu shows the opsets that must agree. Every python block of README.md is in this file; the lines
+around them are the checks.
 """
 
 import pathlib
@@ -43,13 +44,169 @@ except ImportError:
 # endregion
 
 # ---------------------------------------------------------------------------------------------
-# 1. Selu as an onnxscript function
+# 1. dynamo=True: the function in custom_translation_table
 # ---------------------------------------------------------------------------------------------
 
-# region Selu
+# region J0
+class J0(torch.nn.Module):
+    """torch.special.spherical_bessel_j0: sin(x) / x, and 1 at x = 0. ONNX has no such op."""
+
+    def forward(self, x):
+        return torch.special.spherical_bessel_j0(x)
+# endregion
+
+
+# region j0_translation
 custom_onnx_script = onnxscript.values.Opset(domain="custom-onnx-script", version=1)
 
 
+# Works: a plain Python function calling onnxscript ops, traced op by op. Its parameter is named
+# as in the op's schema, aten::special_spherical_bessel_j0(Tensor x): torch 2.8 matches by name.
+def j0_translation(x):
+    zero = opset18.CastLike(0.0, x)
+    quotient = opset18.Sin(x) / x  # nan at 0 and at ±inf, where torch gives 1 and 0
+    finite = opset18.Where(opset18.IsInf(x), zero, quotient)
+    # Equal, not ==: here == compares two Python objects, and is False
+    return opset18.Where(opset18.Equal(x, zero), opset18.CastLike(1.0, x), finite)
+
+
+# Works: an @onnxscript.script function with its types annotated (FLOAT: a float32 tensor).
+@onnxscript.script(custom_onnx_script)
+def SphericalBesselJ0(x: FLOAT) -> FLOAT:
+    zero = opset18.CastLike(0.0, x)
+    quotient = opset18.Sin(x) / x
+    finite = opset18.Where(opset18.IsInf(x), zero, quotient)
+    return opset18.Where(opset18.Equal(x, zero), opset18.CastLike(1.0, x), finite)
+# endregion
+
+
+@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+def step1_dynamo_translation():
+    """dynamo=True: the function in custom_translation_table"""
+    # region step1
+    model = J0().eval()
+    x = torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4  # -12 to 11.75, and 0
+    # endregion
+
+    # region step1-2
+    with expect_error("No ONNX function found for <OpOverload(op='prims.spherical_bessel_j0'"):
+        torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+    # endregion
+
+    # region step1-3
+    for translation, path in [
+        (j0_translation, "j0_dynamo_plain.onnx"),
+        (SphericalBesselJ0, "j0_dynamo_script.onnx"),
+    ]:
+        table = {torch.ops.aten.special_spherical_bessel_j0.default: translation}
+        onnx_program = torch.onnx.export(
+            model, (x,), dynamo=True, verbose=False, custom_translation_table=table
+        )
+        assert_onnx_program(onnx_program, rtol=1e-6, atol=0)  # ONNX Runtime vs PyTorch
+        onnx_program.save(path)
+        ops = [node.op_type for node in onnx.load(path).graph.node]
+        print(f"  {path}: matches PyTorch; inlined: {' '.join(ops)}")
+    # endregion
+
+        written = harness.show(path)
+        assert ops == ["Sin", "Div", "IsInf", "Where", "Equal", "Where"], f"{path}: {ops}"
+        assert not written.functions
+        assert harness.opsets_of(written)[""] == (18 if harness.TORCH < (2, 9) else 20)
+    if harness.TORCH < (2, 9):
+        harness.differs("dynamo=True writes opset 18, not 20, and matches translations by name")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. dynamo=True: an @onnxscript.script translation needs its return type
+# ---------------------------------------------------------------------------------------------
+
+# region SphericalBesselJ0Unannotated
+# Fails: the same function without its annotations.
+@onnxscript.script(custom_onnx_script)
+def SphericalBesselJ0Unannotated(x):
+    zero = opset18.CastLike(0.0, x)
+    quotient = opset18.Sin(x) / x
+    finite = opset18.Where(opset18.IsInf(x), zero, quotient)
+    return opset18.Where(opset18.Equal(x, zero), opset18.CastLike(1.0, x), finite)
+# endregion
+
+
+@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+def step2_script_needs_return_type():
+    """dynamo=True: an @onnxscript.script translation needs its return type"""
+    model = J0().eval()  # step 1's model and input
+    x = torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4
+
+    logged = "Expected meta_vals to be a sequence, but got FakeTensor(..., size=(2, 3, 16))."
+    with harness.quiet(logged):  # the exporter logs it before it fails
+        # region step2
+        unannotated = SphericalBesselJ0Unannotated
+        table = {torch.ops.aten.special_spherical_bessel_j0.default: unannotated}
+        with expect_error("The number of values and replacements must match"):
+            torch.onnx.export(
+                model, (x,), dynamo=True, verbose=False, custom_translation_table=table
+            )
+        # endregion
+    print(f"  logged before the error: {logged}")
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. dynamo=False: the same function, kept as a function in the model
+# ---------------------------------------------------------------------------------------------
+
+# region j0_symbolic
+def j0_symbolic(g, x):
+    # One call node in the graph; the exporter adds the function's FunctionProto to the model.
+    return g.onnxscript_op(SphericalBesselJ0, x).setType(x.type())
+# endregion
+
+
+def step3_torchscript_function():
+    """dynamo=False: the same function, kept as a function in the model"""
+    model = J0().eval()  # step 1's model and input
+    x = torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4
+
+    with harness.quiet():  # the exporter's 'Torch IR graph at exception' dump
+        # region step3
+        os.makedirs("failures", exist_ok=True)  # for the failure demonstrations
+        unsupported = "Exporting the operator 'aten::special_spherical_bessel_j0' to ONNX opset"
+        with expect_error(unsupported):
+            torch.onnx.export(
+                model, (x,), "failures/j0_plain.onnx", dynamo=False, opset_version=18
+            )
+        # endregion
+    assert not os.path.exists("failures/j0_plain.onnx")
+
+    # region step3-2
+    register_custom_op_symbolic("aten::special_spherical_bessel_j0", j0_symbolic, 18)
+    torch.onnx.export(
+        model,
+        (x,),
+        "j0_function.onnx",
+        dynamo=False,
+        opset_version=18,
+        input_names=["x"],
+        output_names=["y"],
+        custom_opsets={"custom-onnx-script": 1},
+    )
+    # endregion
+    harness.show("j0_function.onnx")
+
+    # region step3-3
+    (call,) = onnx.load("j0_function.onnx").graph.node
+    print(f"  the graph calls {call.domain}.{call.op_type}")
+    (actual,) = run_ort("j0_function.onnx", {"x": x.numpy()})
+    compare("j0_function.onnx", actual, model(x), rtol=1e-6, atol=0)
+    # endregion
+
+    assert (call.domain, call.op_type) == ("custom-onnx-script", "SphericalBesselJ0")
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. dynamo=False: Selu, the source material's example
+# ---------------------------------------------------------------------------------------------
+
+# region Selu
 # Written against opset 15, the first with CastLike. The constants are torch.nn.SELU's in full
 # (the 1.67326 and 1.0507 of PyTorch's docs are off by up to 2e-6 relative).
 @onnxscript.script(custom_onnx_script)
@@ -68,14 +225,14 @@ def selu_symbolic(g, x):
 # endregion
 
 
-def step1_selu_function():
-    """Selu as an onnxscript function"""
-    # region step1
+def step4_selu_function():
+    """dynamo=False: Selu, the source material's example"""
+    # region step4
     model = torch.nn.SELU().eval()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
     # endregion
 
-    # region step1-2
+    # region step4-2
     register_custom_op_symbolic("aten::selu", selu_symbolic, 15)
     torch.onnx.export(
         model,
@@ -89,7 +246,7 @@ def step1_selu_function():
     # endregion
     harness.show("selu_function.onnx")
 
-    # region step1-3
+    # region step4-3
     selu_model = onnx.load("selu_function.onnx")
     (call,) = selu_model.graph.node
     (function,) = selu_model.functions
@@ -103,7 +260,7 @@ def step1_selu_function():
     assert (function.domain, function.name) == ("custom-onnx-script", "Selu")
     assert harness.opsets_of(function) == {"": 15}  # the model's opset
 
-    # region step1-4
+    # region step4-4
     # For a runtime without model-local functions: the same model, each call replaced by its body
     inlined = onnx.inliner.inline_local_functions(onnx.load("selu_function.onnx"))
     onnx.save(inlined, "selu_function_inlined.onnx")
@@ -117,7 +274,7 @@ def step1_selu_function():
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. The opsets must agree
+# 5. dynamo=False: the opsets must agree
 # ---------------------------------------------------------------------------------------------
 
 
@@ -138,13 +295,13 @@ def selu_opset14_symbolic(g, x):
 # endregion
 
 
-def step2_opsets_must_agree():
-    """The opsets must agree"""
-    model = torch.nn.SELU().eval()  # step 1's model and input
+def step5_opsets_must_agree():
+    """dynamo=False: the opsets must agree"""
+    model = torch.nn.SELU().eval()  # step 4's model and input
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
-    # region step2
-    os.makedirs("failures", exist_ok=True)  # the models of this step are failure demonstrations
+    os.makedirs("failures", exist_ok=True)  # step 3 made it on the page
+    # region step5
     register_custom_op_symbolic("aten::selu", selu_opset14_symbolic, 14)
     torch.onnx.export(
         model,
@@ -157,7 +314,7 @@ def step2_opsets_must_agree():
     onnx.checker.check_model(onnx.load("failures/selu_function_opset14.onnx"), full_check=True)
     with expect_error("No Op registered for CastLike with domain_version of 14"):
         run_ort("failures/selu_function_opset14.onnx", {"input": x.numpy()})
-    unregister_custom_op_symbolic("aten::selu", 14)  # back to step 1's registration, from 15 up
+    unregister_custom_op_symbolic("aten::selu", 14)  # back to step 4's registration, from 15 up
     # endregion
 
     if harness.TORCH < (2, 5):  # the export itself runs the checker, after writing the file
@@ -166,7 +323,7 @@ def step2_opsets_must_agree():
             export_opset15_function_at_opset17(model, x)
     else:
         export_opset15_function_at_opset17(model, x)
-    # region step2-3
+    # region step5-3
     with expect_error("FunctionOp imports version 15 whereas model imports version 17"):
         model_17 = onnx.load("failures/selu_function_in_opset17_model.onnx")
         onnx.checker.check_model(model_17, full_check=True)
@@ -174,7 +331,7 @@ def step2_opsets_must_agree():
 
     exporter_log: list[str] = []
     with harness.captured(exporter_log):  # the C++ exporter's warning, checked below
-        # region step2-4
+        # region step5-4
         # Registered at 15, exported at 14: the symbolic does not apply below its opset.
         torch.onnx.export(
             model,
@@ -189,7 +346,7 @@ def step2_opsets_must_agree():
     assert warning in exporter_log[0], exporter_log[0]
     print(f"  the exporter only warned: {warning}")
 
-    # region step2-5
+    # region step5-5
     skipped = onnx.load("failures/selu_registered_above_export_opset.onnx")
     ops = [(node.domain, node.op_type) for node in skipped.graph.node]
     print(f"  the symbolic was skipped: the graph holds {ops}, {len(skipped.functions)} functions")
@@ -199,8 +356,8 @@ def step2_opsets_must_agree():
 
 
 def export_opset15_function_at_opset17(model, x):
-    # region step2-2
-    # Step 1's registration (from opset 15 up) applies: an opset-15 function, an opset-17 model.
+    # region step5-2
+    # Step 4's registration (from opset 15 up) applies: an opset-15 function, an opset-17 model.
     torch.onnx.export(
         model,
         (x,),
@@ -213,7 +370,7 @@ def export_opset15_function_at_opset17(model, x):
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. A function with attributes
+# 6. dynamo=False: a function with attributes
 # ---------------------------------------------------------------------------------------------
 
 # region cstThreshold
@@ -235,11 +392,11 @@ def threshold_symbolic(g, x, threshold, value):
 # endregion
 
 
-def step3_function_with_attributes():
-    """A function with attributes"""
-    x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)  # step 1's input
+def step6_function_with_attributes():
+    """dynamo=False: a function with attributes"""
+    x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)  # step 4's input
 
-    # region step3
+    # region step6
     threshold_model = torch.nn.Threshold(0.1, 20).eval()
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 15)
     torch.onnx.export(
@@ -254,7 +411,7 @@ def step3_function_with_attributes():
     # endregion
     harness.show("threshold_function.onnx")
 
-    # region step3-2
+    # region step6-2
     (call,) = onnx.load("threshold_function.onnx").graph.node
     attributes = {a.name: round(a.f, 6) for a in call.attribute}
     print(f"  the graph calls {call.domain}.{call.op_type} with {attributes}")
@@ -267,102 +424,47 @@ def step3_function_with_attributes():
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. The torch.export-based exporter (dynamo=True)
-# ---------------------------------------------------------------------------------------------
-
-
-# region selu_translation
-# Works: a plain Python function calling onnxscript ops, traced op by op. Its parameter is
-# named as in the op's schema, aten::selu(Tensor self): torch 2.8 matches by name.
-def selu_translation(self):
-    alpha = opset18.CastLike(1.6732632423543772, self)
-    gamma = opset18.CastLike(1.0507009873554805, self)
-    negative = gamma * (alpha * opset18.Exp(self) - alpha)
-    return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
-
-
-# Works: an @onnxscript.script function with its types annotated.
-@onnxscript.script(custom_onnx_script)
-def SeluScriptAnnotated(self: FLOAT) -> FLOAT:
-    alpha = opset18.CastLike(1.6732632423543772, self)
-    gamma = opset18.CastLike(1.0507009873554805, self)
-    negative = gamma * (alpha * opset18.Exp(self) - alpha)
-    return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
-# endregion
-
-
-# region SeluScript
-# Fails: the same function without a return annotation.
-@onnxscript.script(custom_onnx_script)
-def SeluScript(self):
-    alpha = opset18.CastLike(1.6732632423543772, self)
-    gamma = opset18.CastLike(1.0507009873554805, self)
-    negative = gamma * (alpha * opset18.Exp(self) - alpha)
-    return opset18.Where(self <= opset18.CastLike(0.0, self), negative, gamma * self)
-# endregion
-
-
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
-def step4_dynamo():
-    """The torch.export-based exporter (dynamo=True)"""
-    model = torch.nn.SELU().eval()  # step 1's model and input; step 1's registration is ignored
-    x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
-
-    # region step4
-    for translation, path in [
-        (selu_translation, "selu_dynamo_plain.onnx"),
-        (SeluScriptAnnotated, "selu_dynamo_script_annotated.onnx"),
-    ]:
-        table = {torch.ops.aten.selu.default: translation}
-        onnx_program = torch.onnx.export(
-            model, (x,), dynamo=True, verbose=False, custom_translation_table=table
-        )
-        assert_onnx_program(onnx_program, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
-        onnx_program.save(path)
-        ops = [node.op_type for node in onnx.load(path).graph.node]
-        print(f"  {path}: matches PyTorch; inlined: {' '.join(ops)}")
-    # endregion
-
-        written = harness.show(path)
-        # No Selu: the translation was used (torch 2.8 writes its own Selu if the names differ)
-        assert "Selu" not in ops and {"Exp", "Where"} <= set(ops), f"{path}: {ops}"
-        assert not written.functions
-        assert harness.opsets_of(written)[""] == (18 if harness.TORCH < (2, 9) else 20)
-    if harness.TORCH < (2, 9):
-        harness.differs("dynamo=True writes opset 18, not 20, and matches translations by name")
-
-    logged = "Expected meta_vals to be a sequence, but got FakeTensor(..., size=(2, 3, 16))."
-    with harness.quiet(logged):  # the exporter logs it before it fails
-        # region step4-2
-        table = {torch.ops.aten.selu.default: SeluScript}
-        with expect_error("The number of values and replacements must match"):
-            torch.onnx.export(
-                model, (x,), dynamo=True, verbose=False, custom_translation_table=table
-            )
-        # endregion
-    print(f"  logged before the error: {logged}")
-
-
-# ---------------------------------------------------------------------------------------------
 
 STEPS = (
-    step1_selu_function,
-    step2_opsets_must_agree,
-    step3_function_with_attributes,
-    step4_dynamo,
+    step1_dynamo_translation,
+    step2_script_needs_return_type,
+    step3_torchscript_function,
+    step4_selu_function,
+    step5_opsets_must_agree,
+    step6_function_with_attributes,
 )
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
-    1: ("selu_function.onnx", "selu_function_inlined.onnx"),
-    3: ("threshold_function.onnx",),
-    4: ("selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"),
+    1: ("j0_dynamo_plain.onnx", "j0_dynamo_script.onnx"),
+    3: ("j0_function.onnx",),
+    4: ("selu_function.onnx", "selu_function_inlined.onnx"),
+    6: ("threshold_function.onnx",),
 }
 FAILURES = (
+    "failures/j0_plain.onnx",
     "failures/selu_function_opset14.onnx",
     "failures/selu_function_in_opset17_model.onnx",
     "failures/selu_registered_above_export_opset.onnx",
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
+    "No ONNX function found for <OpOverload(op='prims.spherical_bessel_j0'": (
+        "dynamo=True",
+        "torchlib has no translation for the op ONNX lacks (the exporter decomposed "
+        "`aten::special_spherical_bessel_j0` to this prim): give one in `custom_translation_table`",
+        1,
+    ),
+    "The number of values and replacements must match": (
+        "dynamo=True",
+        "the `@onnxscript.script` translation has no return annotation, so its call gets no "
+        "output and the inliner fails: annotate the return (`-> FLOAT`)",
+        2,
+    ),
+    "Exporting the operator 'aten::special_spherical_bessel_j0' to ONNX opset": (
+        "dynamo=False",
+        "the TorchScript exporter has no symbolic for the op: register one that calls the "
+        "onnxscript function with `g.onnxscript_op`",
+        3,
+    ),
     "No Op registered for CastLike with domain_version of 14": (
         "ONNX Runtime",
         "the onnxscript function uses `CastLike` (opset 15) but the model imports opset 14: "
@@ -373,13 +475,7 @@ CAUSES = {
         "the function imports opset 15 and the model opset 17: a function must import the "
         "model's version of each domain",
     ),
-    "The number of values and replacements must match": (
-        "dynamo=True",
-        "the `@onnxscript.script` translation has no return annotation, so its call gets no "
-        "output and the inliner fails: annotate the return (`-> FLOAT`)",
-    ),
 }
-
 
 def main(argv: list[str] | None = None) -> int:
     return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)

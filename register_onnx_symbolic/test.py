@@ -2,11 +2,13 @@
 
 Run: python test.py [--out DIR] [-v]
 
-Steps 1-6: the TorchScript-based exporter (dynamo=False), the only one that reads
-register_custom_op_symbolic. Step 7: the torch.export-based exporter ignores it, and writes the
-custom node through a local schema; step 8: the op to key a translation on when dynamo=True names a
-decomposed one; step 9: ONNX Runtime's com.microsoft::CDist both ways. Every python block of
-README.md is in this file; the lines around them are checks.
+Steps 1-4: the default, torch.export-based exporter (dynamo=True): three ops export as they are;
+a translation writes the custom node through a local schema; the op to key a translation on when
+the error names a decomposed one; ONNX Runtime's com.microsoft::CDist. Steps 5-12: code that still
+uses the TorchScript-based exporter (dynamo=False), the only one that reads
+register_custom_op_symbolic: the custom node, the call without dynamo= that ignores the symbolic,
+standard ops, an override, asinh, deform_conv2d, CDist. Every python block of README.md is in this
+file; the lines around them are checks.
 """
 
 import pathlib
@@ -45,7 +47,7 @@ except ImportError:
     except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
         assert_onnx_program = None
 
-try:  # steps 1 and 7 run the custom node in ONNX Runtime with it
+try:  # steps 2 and 5 run the custom node in ONNX Runtime with it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
@@ -57,10 +59,12 @@ DUMPS = [("Torch IR graph at exception", (2, 8)), ("ONNX graph being constructed
 IR_DUMP = tuple(text for text, since in DUMPS if harness.TORCH >= since)
 NEEDS_2_6 = "custom_translation_table came with 2.6; on 2.4 dynamo=True is torch.onnx.dynamo_export"
 
-# --- 1. Threshold as one custom-domain node ---
 
+# === Part 1: the default exporter, dynamo=True ===
 
-# region ThresholdModel
+# --- 1. dynamo=True: three ops export as they are ---
+
+# region models
 class ThresholdModel(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -68,8 +72,359 @@ class ThresholdModel(torch.nn.Module):
 
     def forward(self, x):
         return self.threshold(x)
+
+
+class AsinhModel(torch.nn.Module):
+    def forward(self, x):
+        return torch.asinh(x)
+
+
+class DeformConvModel(torch.nn.Module):
+    def forward(self, x, offset, weight, bias, mask):
+        return torchvision.ops.deform_conv2d(
+            x, offset, weight, bias, stride=2, padding=1, mask=mask
+        )
+
+
+def deform_conv_inputs():
+    """x, offset, weight, bias, mask: 2 images, 4 channels, 9x9, to 6 channels; a 3x3 kernel."""
+    n, c_in, c_out, size, k = 2, 4, 6, 9, 3
+    out_size = (size + 2 * 1 - k) // 2 + 1  # stride 2, padding 1
+    x = torch.randn(n, c_in, size, size)
+    offset = torch.randn(n, 2 * k * k, out_size, out_size)  # (dy, dx) per tap and pixel
+    weight = torch.randn(c_out, c_in, k, k)
+    bias = torch.randn(c_out)
+    mask = torch.rand(n, k * k, out_size, out_size)  # a weight in [0, 1) per tap and pixel
+    return x, offset, weight, bias, mask
 # endregion
 
+
+@harness.needs_torch("2.6", NEEDS_2_6)
+def step1_dynamo_as_they_are():
+    """dynamo=True: Threshold, asinh and deform_conv2d export as they are"""
+    # region step1
+    # Nothing registered is needed: torch.export and torchlib handle all three ops.
+    x, deform_inputs = torch.randn(1, 3, 10, 10), deform_conv_inputs()
+    deform_model = DeformConvModel().eval()
+    deform_atol = round(1e-5 * float(deform_model(*deform_inputs).abs().max()), 6)  # Notes
+    for model, inputs, path, rtol, atol in [
+        (ThresholdModel().eval(), (x,), "threshold_dynamo.onnx", 0.0, 0.0),
+        (AsinhModel().eval(), (x * 4,), "asinh_dynamo.onnx", 1e-5, 1e-6),
+        (deform_model, deform_inputs, "deform_conv2d_dynamo.onnx", 0.0, deform_atol),
+    ]:
+        # opset 20, the default from torch 2.9 (2.8 writes 18, where ONNX has no DeformConv)
+        program = torch.onnx.export(
+            model, inputs, path, dynamo=True, verbose=False, external_data=False, opset_version=20
+        )
+        assert_onnx_program(program, rtol=rtol, atol=atol)  # ONNX Runtime against PyTorch
+        ops = [node.op_type for node in onnx.load(path).graph.node]
+        print(f"  {path}: {ops}, matches PyTorch")
+    # endregion
+
+        exported = harness.show(path)
+        assert all(n.domain == "" for n in exported.graph.node), path
+    assert [n.op_type for n in onnx.load("deform_conv2d_dynamo.onnx").graph.node] == ["DeformConv"]
+    if harness.TORCH < (2, 9):
+        harness.differs("dynamo=True writes opset 18 by default, where ONNX has no DeformConv")
+        default_opset_before_2_9()
+
+
+# --- 2. dynamo=True: Threshold as one custom node, through a local schema ---
+
+# region threshold_translation
+rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
+
+
+def threshold_translation(x, threshold: float, value: float):
+    return rknn_cst.cstThreshold(x, threshold=threshold, value=value)
+# endregion
+
+
+# region threshold_local_schema
+# The op's ONNX schema, kept local: the translation types its node with it; onnx never sees it.
+threshold_schema = OpSchema(
+    "cstThreshold",
+    "rknn_cst",
+    1,
+    inputs=[OpSchema.FormalParameter("X", "T")],
+    outputs=[OpSchema.FormalParameter("Y", "T")],
+    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
+    attributes=[
+        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "keep x above this"),
+        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "written elsewhere"),
+    ],
+)
+cst_threshold = onnxscript.values.Op(rknn_cst, "cstThreshold", threshold_schema)
+
+
+def threshold_local_schema(x, threshold: float, value: float):
+    return cst_threshold(x, threshold=threshold, value=value)
+
+
+# The same as an @onnxscript.script function: annotate its return type (-> FLOAT)
+@onnxscript.script(rknn_cst)
+def threshold_script(x: FLOAT, threshold: float, value: float) -> FLOAT:
+    return cst_threshold(x, threshold=threshold, value=value)
+# endregion
+
+
+# region cst_threshold_kernel
+# ONNX Runtime has no kernel for rknn_cst::cstThreshold; your runtime would bring one. Here a
+# Python function stands in for it, registered with onnxruntime-extensions (if installed).
+if onnx_op is not None:
+
+    @onnx_op(
+        op_type="rknn_cst::cstThreshold",
+        inputs=[PyCustomOpDef.dt_float],
+        outputs=[PyCustomOpDef.dt_float],
+        attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
+    )
+    def cst_threshold_kernel(x, threshold, value):
+        return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
+
+
+def ortx_session(model):
+    # ONNX Runtime with onnxruntime-extensions' kernels: the @onnx_op above runs cstThreshold
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+# endregion
+
+
+# region output_shape
+def output_shape(model):
+    return [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+
+
+def same_type_and_shape(ctx):
+    ctx.set_output_type(0, ctx.get_input_type(0))
+# endregion
+
+
+@harness.needs_torch("2.6", NEEDS_2_6)
+def step2_dynamo_custom_node():
+    """dynamo=True: Threshold as one custom node, through a local schema"""
+    # region step2
+    model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
+    table = {torch.ops.aten.threshold.default: threshold_translation}
+    with expect_error("No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'"):
+        torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
+    # endregion
+
+    # region step2-2
+    for translation, path in [
+        (threshold_local_schema, "threshold_custom_dynamo.onnx"),
+        (threshold_script, "threshold_custom_dynamo_script.onnx"),
+    ]:
+        table = {torch.ops.aten.threshold.default: translation}
+        program = torch.onnx.export(
+            model, (x,), path, dynamo=True, verbose=False, external_data=False,
+            custom_translation_table=table,
+        )
+        (node,) = onnx.load(path).graph.node
+        attributes = sorted(onnx.helper.printable_attribute(a) for a in node.attribute)
+        print(f"  {path}: one {node.domain}.{node.op_type} node, {attributes}")
+        if onnx_op is not None:  # the Python kernel above runs the node
+            program.initialize_inference_session(ortx_session)
+            assert_onnx_program(program, rtol=0, atol=0)
+            print(f"  {path}: matches PyTorch")
+    # endregion
+
+        exported = harness.show(path)
+        assert harness.opsets_of(exported).get("rknn_cst") == 1, harness.opsets_of(exported)
+        assert harness.output_dims(exported) == [1, 3, 10, 10]  # typed by the exporter
+    print("  onnx.defs knows cstThreshold:", onnx.defs.has("cstThreshold", "rknn_cst"))
+    assert not onnx.defs.has("cstThreshold", "rknn_cst")
+
+    # region step2-3
+    shapeless = onnx.load("threshold_custom_dynamo.onnx")
+    shapeless.graph.output[0].type.tensor_type.ClearField("shape")  # as another tool may meet it
+    inferred = onnx.shape_inference.infer_shapes(shapeless, strict_mode=True)
+    print("  ONNX shape inference, schema local: output shape", output_shape(inferred))
+    threshold_schema.set_type_and_shape_inference_function(same_type_and_shape)
+    onnx.defs.register_schema(threshold_schema)  # for every library in this process, from now on
+    inferred = onnx.shape_inference.infer_shapes(shapeless, strict_mode=True)
+    print("  ONNX shape inference, schema registered: output shape", output_shape(inferred))
+    with expect_error("but it is already registered"):
+        onnx.defs.register_schema(threshold_schema)  # once per process: a second one fails
+    onnx.defs.deregister_schema("cstThreshold", 1, "rknn_cst")
+    print("  deregistered: onnx.defs knows it:", onnx.defs.has("cstThreshold", "rknn_cst"))
+    # endregion
+    assert output_shape(inferred) == [1, 3, 10, 10]
+    assert not onnx.defs.has("cstThreshold", "rknn_cst")
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
+# --- 3. dynamo=True: the error names an op the model never calls (decompositions) ---
+
+# region CholeskyModel
+class CholeskyModel(torch.nn.Module):
+    def forward(self, a):
+        return torch.linalg.cholesky(a)  # a: a batch of symmetric positive-definite matrices
+# endregion
+
+
+# region cholesky_translation
+op = onnxscript.opset18  # ONNX's standard ops, for translations
+
+
+def cholesky_translation(self, upper: bool = False):
+    # Cholesky-Banachiewicz, one column at a time, unrolled for the size known at export time.
+    n = self.shape[-1]
+    columns = []
+    for j in range(n):
+        column = op.Gather(self, op.Constant(value_int=j), axis=-1)  # A[..., :, j]
+        index = op.Constant(value_ints=[j])
+        for done in columns:  # minus L[:, k] * L[j, k] for every column k < j
+            column = op.Sub(column, op.Mul(done, op.Gather(done, index, axis=-1)))
+        pivot = op.Sqrt(op.Gather(column, index, axis=-1))  # L[j, j]
+        below = op.Constant(value_floats=[0.0] * j + [1.0] * (n - j))  # rows above j: 0 in L
+        columns.append(op.Mul(op.Div(column, pivot), below))
+    lower = op.Concat(*[op.Unsqueeze(column, [-1]) for column in columns], axis=-1)
+    if upper:  # U = L transposed
+        rank = len(self.shape)
+        return op.Transpose(lower, perm=[*range(rank - 2), rank - 1, rank - 2])
+    return lower
+# endregion
+
+
+# region cholesky_ex_translation
+# What a reader writes after reading the error: a translation for the op it names (L, a code).
+def cholesky_ex_translation(self, upper: bool = False, check_errors: bool = False):
+    return cholesky_translation(self, upper), op.Constant(value_int=0)
+# endregion
+
+
+@harness.needs_torch("2.6", NEEDS_2_6)
+def step3_decompositions():
+    """dynamo=True: the error names an op the model never calls"""
+    # region step3
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 4)
+    a = x @ x.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
+    model = CholeskyModel().eval()
+    with expect_error("No ONNX function found for <OpOverload(op='aten.linalg_cholesky_ex'"):
+        torch.onnx.export(model, (a,), dynamo=True, verbose=False)
+    # endregion
+
+    # region step3-2
+    # Explicit capture: torch.export's own errors surface here, and its graphs can be read.
+    ep = torch.export.export(model, (a,), strict=False)
+    calls = [str(node.target) for node in ep.graph.nodes if node.op == "call_function"]
+    print("  the model calls:", calls)
+    decomposed = ep.run_decompositions()
+    after = [str(node.target) for node in decomposed.graph.nodes if node.op == "call_function"]
+    print("  after run_decompositions():", after)
+    # endregion
+    assert calls == ["aten.linalg_cholesky.default"], calls
+    assert "aten.linalg_cholesky_ex.default" in after, after
+
+    if harness.TORCH < (2, 9):  # 2.8: no with_effects node, so keying on the _ex op exports
+        assert "with_effects" not in after, after
+        harness.differs("run_decompositions() drops aten._linalg_check_errors (no with_effects "
+                        "node), so keying on linalg_cholesky_ex exports too")
+        keyed_on_the_decomposed_op_before_2_9(ep, a)
+    else:
+        assert "with_effects" in after, after  # the error check, effectful (pytorch#184111)
+        # region step3-3
+        table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
+        with expect_error("OpOverload(op='aten._linalg_check_errors'"):
+            torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
+        # endregion
+
+    # region step3-4
+    table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
+    program = torch.onnx.export(
+        ep, (), "cholesky_dynamo.onnx", dynamo=True, verbose=False, external_data=False,
+        custom_translation_table=table,
+    )
+    # strategy=None: you captured the program yourself, there is no capture strategy to check
+    assert_onnx_program(program, rtol=1e-5, atol=1e-5, strategy=None)
+    ops = sorted({node.op_type for node in onnx.load("cholesky_dynamo.onnx").graph.node})
+    print(f"  cholesky_dynamo.onnx: linalg_cholesky kept whole, standard ops {ops}")
+    print("  cholesky_dynamo.onnx: matches PyTorch")
+    # endregion
+
+    exported = harness.show("cholesky_dynamo.onnx")
+    assert all(n.domain == "" for n in exported.graph.node) and "Sqrt" in ops, ops
+
+
+# --- 4. dynamo=True: com.microsoft::CDist, a node ONNX Runtime implements itself ---
+
+# region CDistModel
+class CDistModel(torch.nn.Module):
+    def forward(self, x1, x2):
+        return torch.cdist(x1, x2)  # euclidean distance of every row of x1 to every row of x2
+# endregion
+
+# region cdist_translation
+def cdist_tolerance(x1, x2):
+    # ORT's CDist computes |a|^2 + |b|^2 - 2 a.b with a matrix product, then the square root:
+    # float32 rounding of that sum is at most 2 (k + 2) 2^-24 (|a|^2 + |b|^2), k the row length,
+    # and the square root turns an error e of a distance near 0 into up to sqrt(e) (Notes).
+    k = x1.shape[-1]
+    largest = float((x1**2).sum(-1).max() + (x2**2).sum(-1).max())
+    return float(np.sqrt(2 * (k + 2) * 2.0**-24 * largest))
+
+
+msft = onnxscript.values.Opset("com.microsoft", 1)
+# ONNX Runtime's CDist (ContribOperators.md) as a local schema: the checker never trusts it
+cdist_schema = OpSchema(
+    "CDist",
+    "com.microsoft",
+    1,
+    inputs=[OpSchema.FormalParameter("A", "T"), OpSchema.FormalParameter("B", "T")],
+    outputs=[OpSchema.FormalParameter("C", "T")],
+    type_constraints=[("T", ["tensor(float)", "tensor(double)"], "float32 or float64 tensors")],
+    attributes=[OpSchema.Attribute("metric", OpSchema.AttrType.STRING, "(sq)euclidean")],
+)
+cdist_op = onnxscript.values.Op(msft, "CDist", cdist_schema)
+
+
+def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
+    if p != 2.0:
+        raise ValueError(f"com.microsoft::CDist has no p={p} metric")
+    return cdist_op(x1, x2, metric="euclidean")
+# endregion
+
+
+@harness.needs_torch("2.6", NEEDS_2_6)
+def step4_dynamo_contrib_op():
+    """dynamo=True: com.microsoft::CDist, a node ONNX Runtime implements itself"""
+    # region step4
+    torch.manual_seed(0)
+    model, x1, x2 = CDistModel().eval(), torch.randn(5, 3), torch.randn(7, 3)
+    with expect_error("No ONNX function found for <OpOverload(op='aten._cdist_forward'"):
+        torch.onnx.export(model, (x1, x2), dynamo=True, verbose=False)
+    # endregion
+
+    # The local schema is a transcription: check it against ONNX Runtime's own (a semi-private
+    # module: the supported route is ContribOperators.md).
+    check_against_onnxruntime(cdist_schema)
+
+    # region step4-2
+    table = {torch.ops.aten.cdist.default: cdist_translation}
+    program = torch.onnx.export(
+        model, (x1, x2), "cdist_contrib_dynamo.onnx", dynamo=True, verbose=False,
+        external_data=False, custom_translation_table=table,
+    )
+    assert_onnx_program(program, rtol=0, atol=round(cdist_tolerance(x1, x2), 6))  # plain ORT
+    (node,) = onnx.load("cdist_contrib_dynamo.onnx").graph.node
+    attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
+    print(f"  cdist_contrib_dynamo.onnx: one {node.domain}.{node.op_type} node, {attributes}")
+    print("  cdist_contrib_dynamo.onnx: matches PyTorch")
+    print("  onnx.defs knows com.microsoft CDist:", onnx.defs.has("CDist", "com.microsoft"))
+    # endregion
+
+    exported = harness.show("cdist_contrib_dynamo.onnx")
+    assert harness.opsets_of(exported).get("com.microsoft") == 1
+    assert harness.output_dims(exported) == [5, 7] and not onnx.defs.has("CDist", "com.microsoft")
+
+
+# === Part 2: code that still uses dynamo=False (the TorchScript-based exporter) ===
+
+# --- 5. Threshold as one custom-domain node ---
 
 # region threshold_no_attributes
 # Style A: no attributes. The node keeps only the tensor; 0.1 and 20 are lost.
@@ -121,10 +476,10 @@ class cstThreshold(OpRun):
 # endregion
 
 
-def step1_custom_domain_node():
-    """Threshold as one custom-domain node (dynamo=False)"""
+def step5_custom_domain_node():
+    """dynamo=False: Threshold as one custom-domain node"""
     with harness.quiet(*IR_DUMP):  # the exporter dumps the TorchScript graph before it raises
-        # region step1
+        # region step5
         os.makedirs("failures", exist_ok=True)  # the models that show a failure go here
         torch.manual_seed(0)
         model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
@@ -135,7 +490,7 @@ def step1_custom_domain_node():
         # endregion
 
     with harness.quiet() as warned:  # the exporter's shape-inference warnings, counted below
-        # region step1-2
+        # region step5-2
         for symbolic, path in [
             (threshold_no_attributes, "failures/threshold_no_attributes.onnx"),
             (threshold_float_list, "failures/threshold_float_list.onnx"),
@@ -159,7 +514,7 @@ def step1_custom_domain_node():
         assert len(dims) == 4 and all(isinstance(d, str) for d in dims), dims  # sizes made up
 
     with harness.quiet(*IR_DUMP):
-        # region step1-3
+        # region step5-3
         register_custom_op_symbolic("aten::threshold", threshold_wrong_suffix, 12)
         with expect_error("Invalid attribute specifier 'param_fs'"):
             torch.onnx.export(
@@ -168,7 +523,7 @@ def step1_custom_domain_node():
         # endregion
 
     with harness.quiet() as warned:
-        # region step1-4
+        # region step5-4
         register_custom_op_symbolic("aten::threshold", threshold_typed, 12)
         torch.onnx.export(
             model, (x,), "threshold_custom.onnx", dynamo=False, opset_version=12,
@@ -182,29 +537,11 @@ def step1_custom_domain_node():
     assert harness.output_dims(harness.show("threshold_custom.onnx")) == [1, 3, 10, 10]
     print("  with setType the exporter printed no shape-inference warning")
 
-    # region step1-5
+    # region step5-5
     evaluator = ReferenceEvaluator("failures/threshold_float_list.onnx", new_ops=[cstThreshold])
     (actual,) = evaluator.run(None, {"input": x.numpy()})
     np.testing.assert_array_equal(actual, model(x).numpy())  # a selection, no arithmetic: exact
     print("  failures/threshold_float_list.onnx matches PyTorch in onnx.reference")
-    # endregion
-
-    # region step1-6
-    # ONNX Runtime has no kernel for rknn_cst::cstThreshold; your runtime would bring one. Here a
-    # Python function stands in for it, registered with onnxruntime-extensions (if installed).
-    if onnx_op is not None:
-
-        @onnx_op(
-            op_type="rknn_cst::cstThreshold",
-            inputs=[PyCustomOpDef.dt_float],
-            outputs=[PyCustomOpDef.dt_float],
-            attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
-        )
-        def cst_threshold_kernel(x, threshold, value):
-            return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
-    # endregion
-
-    # region step1-7
     if onnx_op is not None:
         custom_ops = ort.SessionOptions()
         custom_ops.register_custom_ops_library(get_library_path())  # the kernels of @onnx_op
@@ -220,8 +557,48 @@ def step1_custom_domain_node():
         raise harness.Skip(harness.ortx_problem())
 
 
-# --- 2. Threshold with standard ops only ---
+# --- 6. The call without dynamo=: the symbolic silently ignored ---
 
+
+def step6_source_call():
+    """The call without dynamo=: the symbolic silently ignored"""
+    logged: list[str] = []
+    with harness.captured(logged):  # progress lines, a warning, a logged traceback: checked below
+        # region step6
+        register_custom_op_symbolic("aten::threshold", threshold_typed, 12)  # step 5's symbolic
+        model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
+        program = torch.onnx.export(
+            model, (x,), "threshold_source_as_written.onnx", opset_version=12
+        )
+        # endregion
+    if harness.TORCH < (2, 9):
+        harness.differs("the call without dynamo= is dynamo=False before 2.9: it uses the symbolic")
+        source_call_before_2_9(x)
+        return
+    for text in [
+        "Setting ONNX exporter to use operator set version 18 because the requested opset",
+        "Failed to convert the model to the target version 12 using the ONNX C API.",
+        "No Adapter From Version $13 for Cast",
+    ]:
+        assert text in logged[0], f"the export no longer logs {text!r}:\n{logged[0]}"
+    print("  logged: 'Setting ONNX exporter to use operator set version 18 because ...'")
+    print("  logged: 'Failed to convert the model to the target version 12 ...'")
+    print("    (a traceback ending in 'No Adapter From Version $13 for Cast'); no error")
+
+    # region step6-2
+    written = onnx.load("threshold_source_as_written.onnx")
+    ops = [node.op_type for node in written.graph.node]
+    opset = {o.domain: o.version for o in written.opset_import}[""]
+    print(f"  SILENTLY IGNORED: the symbolic was not used; ops {ops}, opset {opset}, not 12")
+    assert_onnx_program(program, rtol=0, atol=0)  # ONNX Runtime against PyTorch: exact
+    print("  threshold_source_as_written.onnx: matches PyTorch")
+    # endregion
+
+    assert "cstThreshold" not in ops and opset == 18, (ops, opset)
+    harness.show("threshold_source_as_written.onnx")
+
+
+# --- 7. Threshold with standard ops only ---
 
 # region threshold_standard_ops
 @parse_args("v", "f", "f")
@@ -234,24 +611,20 @@ def threshold_standard_ops(g, x, threshold, value):
 # endregion
 
 
-def step2_standard_ops():
-    """Threshold with standard ops only (dynamo=False)"""
-    # region step2
-    register_custom_op_symbolic("aten::threshold", threshold_standard_ops, 12)  # replaces step 1's
+def step7_standard_ops():
+    """dynamo=False: Threshold with standard ops only"""
+    # region step7
+    register_custom_op_symbolic("aten::threshold", threshold_standard_ops, 12)  # replaces step 5's
     model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
     torch.onnx.export(model, (x,), "threshold_standard.onnx", dynamo=False, opset_version=12)
+    (actual,) = run_ort("threshold_standard.onnx", {"input": x.numpy()})
+    compare("threshold_standard.onnx", actual, model(x), rtol=0, atol=0)  # a selection: exact
     # endregion
     ops = [n.op_type for n in harness.show("threshold_standard.onnx").graph.node]
     assert ops == ["Constant", "Greater", "Constant", "Where"], ops
 
-    # region step2-2
-    (actual,) = run_ort("threshold_standard.onnx", {"input": x.numpy()})
-    compare("threshold_standard.onnx", actual, model(x), rtol=0, atol=0)  # a selection: exact
-    # endregion
 
-
-# --- 3. Override a built-in rule ---
-
+# --- 8. Override a built-in rule ---
 
 # region elu_from_primitives
 # aten::elu(Tensor self, Scalar alpha, Scalar scale, Scalar input_scale)
@@ -269,9 +642,9 @@ def elu_from_primitives(g, x, alpha, scale, input_scale):
 # endregion
 
 
-def step3_override_builtin():
-    """Override a built-in rule: aten::elu (dynamo=False)"""
-    # region step3
+def step8_override_builtin():
+    """dynamo=False: override aten::elu's own rule"""
+    # region step8
     model, x = torch.nn.ELU(alpha=0.5).eval(), torch.randn(2, 3, 8)
     torch.onnx.export(
         model, (x,), "elu_builtin.onnx", dynamo=False, opset_version=12, output_names=["y"]
@@ -281,29 +654,18 @@ def step3_override_builtin():
         model, (x,), "elu_override.onnx", dynamo=False, opset_version=12, output_names=["y"]
     )
     unregister_custom_op_symbolic("aten::elu", 12)  # back to the built-in rule
-    # endregion
-    assert [n.op_type for n in harness.show("elu_builtin.onnx").graph.node] == ["Elu"]
-    harness.show("elu_override.onnx")
-
-    # region step3-2
     ops = sorted({node.op_type for node in onnx.load("elu_override.onnx").graph.node})
     print(f"  the override was used: {ops}, no Elu")
     for path in ["elu_builtin.onnx", "elu_override.onnx"]:
         (actual,) = run_ort(path, {"input": x.numpy()})
         compare(path, actual, model(x), rtol=1e-5, atol=1e-6)  # exp in two libraries: last bits
     # endregion
+    assert [n.op_type for n in harness.show("elu_builtin.onnx").graph.node] == ["Elu"]
+    harness.show("elu_override.onnx")
     assert "Elu" not in ops and {"Exp", "Where"} <= set(ops), ops
 
 
-# --- 4. aten::asinh at opset 9 ---
-
-
-# region AsinhModel
-class AsinhModel(torch.nn.Module):
-    def forward(self, x):
-        return torch.asinh(x)
-# endregion
-
+# --- 9. aten::asinh at opset 9 ---
 
 # region asinh_symbolic
 def asinh_symbolic(g, x):
@@ -311,10 +673,10 @@ def asinh_symbolic(g, x):
 # endregion
 
 
-def step4_asinh():
-    """aten::asinh at opset 9 (dynamo=False)"""
+def step9_asinh():
+    """dynamo=False: aten::asinh at opset 9"""
     with harness.quiet(*IR_DUMP):
-        # region step4
+        # region step9
         model, x = AsinhModel().eval(), torch.randn(2, 3) * 4
         for opset in (9, 17):
             with expect_error(f"operator 'aten::asinh' to ONNX opset version {opset}"):
@@ -323,11 +685,8 @@ def step4_asinh():
                 )
         # endregion
 
-    # region step4-2
+    # region step9-2
     register_custom_op_symbolic("aten::asinh", asinh_symbolic, 9)
-    # endregion
-
-    # region step4-3
     for opset, path in [(9, "asinh_opset9.onnx"), (17, "asinh_opset17.onnx")]:
         torch.onnx.export(model, (x,), path, dynamo=False, opset_version=opset, input_names=["x"])
         (actual,) = run_ort(path, {"x": x.numpy()})
@@ -339,33 +698,12 @@ def step4_asinh():
         assert harness.opsets_of(exported) == {"": opset}, path
 
 
-# --- 5. torchvision::deform_conv2d with nothing registered ---
+# --- 10. torchvision::deform_conv2d with nothing registered ---
 
 
-# region DeformConvModel
-class DeformConvModel(torch.nn.Module):
-    def forward(self, x, offset, weight, bias, mask):
-        return torchvision.ops.deform_conv2d(
-            x, offset, weight, bias, stride=2, padding=1, mask=mask
-        )
-
-
-def deform_conv_inputs():
-    """x, offset, weight, bias, mask: 2 images, 4 channels, 9x9, to 6 channels; a 3x3 kernel."""
-    n, c_in, c_out, size, k = 2, 4, 6, 9, 3
-    out_size = (size + 2 * 1 - k) // 2 + 1  # stride 2, padding 1
-    x = torch.randn(n, c_in, size, size)
-    offset = torch.randn(n, 2 * k * k, out_size, out_size)  # (dy, dx) per tap and pixel
-    weight = torch.randn(c_out, c_in, k, k)
-    bias = torch.randn(c_out)
-    mask = torch.rand(n, k * k, out_size, out_size)  # a weight in [0, 1) per tap and pixel
-    return x, offset, weight, bias, mask
-# endregion
-
-
-def step5_operator_export_type():
-    """torchvision::deform_conv2d with nothing registered (dynamo=False)"""
-    # region step5
+def step10_operator_export_type():
+    """dynamo=False: torchvision::deform_conv2d with nothing registered"""
+    # region step10
     model, inputs = DeformConvModel().eval(), deform_conv_inputs()
     names = ["x", "offset", "weight", "bias", "mask"]
     # endregion
@@ -377,14 +715,14 @@ def step5_operator_export_type():
                     model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19
                 )
         else:
-            # region step5-2
+            # region step10-2
             with expect_error("unrecognized namespace torchvision::deform_conv2d"):
                 torch.onnx.export(
                     model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19
                 )
             # endregion
 
-    # region step5-3
+    # region step10-3
     modes = torch.onnx.OperatorExportTypes
     for mode, path in [
         (modes.ONNX_FALLTHROUGH, "failures/deform_conv2d_fallthrough.onnx"),
@@ -394,6 +732,11 @@ def step5_operator_export_type():
             model, inputs, path, dynamo=False, opset_version=19, input_names=names,
             operator_export_type=mode,
         )
+    feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
+    with expect_error("torchvision:deform_conv2d(-1) is not a registered function/op"):
+        run_ort("failures/deform_conv2d_fallthrough.onnx", feeds)
+    with expect_error("org.pytorch.aten:ATen(-1) is not a registered function/op"):
+        run_ort("failures/deform_conv2d_aten.onnx", feeds)
     # endregion
     for path, kept in [
         ("failures/deform_conv2d_fallthrough.onnx", "torchvision.deform_conv2d"),
@@ -403,17 +746,8 @@ def step5_operator_export_type():
         nodes = [f"{n.domain}.{n.op_type}" for n in exported.graph.node if n.op_type != "Constant"]
         assert nodes == [kept], nodes
 
-    # region step5-4
-    feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
-    with expect_error("torchvision:deform_conv2d(-1) is not a registered function/op"):
-        run_ort("failures/deform_conv2d_fallthrough.onnx", feeds)
-    with expect_error("org.pytorch.aten:ATen(-1) is not a registered function/op"):
-        run_ort("failures/deform_conv2d_aten.onnx", feeds)
-    # endregion
 
-
-# --- 6. torchvision::deform_conv2d: a symbolic ---
-
+# --- 11. A symbolic for torchvision::deform_conv2d ---
 
 # region deform_conv2d_placeholder
 # A placeholder like MMDeploy's: a made-up op that keeps some of the tensors (three of five).
@@ -443,11 +777,11 @@ def deform_conv2d_symbolic(
 # endregion
 
 
-def step6_deform_conv2d():
-    """torchvision::deform_conv2d: a symbolic (dynamo=False)"""
+def step11_deform_conv2d():
+    """dynamo=False: a symbolic for torchvision::deform_conv2d"""
     # The exporter warns from C++ that it has no shape for the placeholder's made-up op.
     with harness.quiet("The shape inference of custom::deform_conv2d type is missing"):
-        # region step6
+        # region step11
         model, inputs = DeformConvModel().eval(), deform_conv_inputs()
         names = ["x", "offset", "weight", "bias", "mask"]
         feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
@@ -462,302 +796,21 @@ def step6_deform_conv2d():
     assert kept == ["x", "offset", "weight"], kept
     harness.show("failures/deform_conv2d_placeholder.onnx")
 
-    # region step6-2
+    # region step11-2
     register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
     torch.onnx.export(
         model, inputs, "deform_conv2d.onnx", dynamo=False, opset_version=19, input_names=names
     )
-    # endregion
-    (node,) = harness.show("deform_conv2d.onnx").graph.node
-    assert list(node.input) == ["x", "weight", "offset", "bias", "mask"], node.input  # ONNX's order
-
-    # region step6-3
     expected = model(*inputs)
     atol = round(1e-5 * float(expected.abs().max()), 6)  # 1e-5 of the largest output (Notes)
     (actual,) = run_ort("deform_conv2d.onnx", feeds)
     compare("deform_conv2d.onnx", actual, expected, rtol=0, atol=atol)
     # endregion
+    (node,) = harness.show("deform_conv2d.onnx").graph.node
+    assert list(node.input) == ["x", "weight", "offset", "bias", "mask"], node.input  # ONNX's order
 
 
-# --- 7. The torch.export-based exporter (dynamo=True) ---
-
-# region threshold_translation
-rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
-
-
-def threshold_translation(x, threshold: float, value: float):
-    return rknn_cst.cstThreshold(x, threshold=threshold, value=value)
-# endregion
-
-
-# region threshold_local_schema
-# The op's ONNX schema, kept local: the translation types its node with it; onnx never sees it.
-threshold_schema = OpSchema(
-    "cstThreshold",
-    "rknn_cst",
-    1,
-    inputs=[OpSchema.FormalParameter("X", "T")],
-    outputs=[OpSchema.FormalParameter("Y", "T")],
-    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
-    attributes=[
-        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "keep x above this"),
-        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "written elsewhere"),
-    ],
-)
-cst_threshold = onnxscript.values.Op(rknn_cst, "cstThreshold", threshold_schema)
-
-
-def threshold_local_schema(x, threshold: float, value: float):
-    return cst_threshold(x, threshold=threshold, value=value)
-
-
-# The same as an @onnxscript.script function: annotate its return type (-> FLOAT)
-@onnxscript.script(rknn_cst)
-def threshold_script(x: FLOAT, threshold: float, value: float) -> FLOAT:
-    return cst_threshold(x, threshold=threshold, value=value)
-# endregion
-
-
-# region ortx_session
-def ortx_session(model):
-    # ONNX Runtime with onnxruntime-extensions' kernels: step 1's @onnx_op runs cstThreshold
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(get_library_path())
-    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-# endregion
-
-
-# region output_shape
-def output_shape(model):
-    return [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
-
-
-def same_type_and_shape(ctx):
-    ctx.set_output_type(0, ctx.get_input_type(0))
-# endregion
-
-
-@harness.needs_torch("2.6", NEEDS_2_6)
-def step7_dynamo():
-    """The torch.export-based exporter (dynamo=True)"""
-    logged: list[str] = []
-    with harness.captured(logged):  # progress lines, a warning, a logged traceback: checked below
-        # region step7
-        register_custom_op_symbolic("aten::threshold", threshold_typed, 12)  # step 1's symbolic
-        model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
-        program = torch.onnx.export(
-            model, (x,), "threshold_source_as_written.onnx", opset_version=12
-        )
-        # endregion
-    if harness.TORCH < (2, 9):
-        harness.differs("the call without dynamo= is dynamo=False before 2.9 (it uses the symbolic)"
-                        "; dynamo=True writes opset 18 by default, where ONNX has no DeformConv")
-        source_call_before_2_9(x)
-    else:
-        for text in [
-            "Setting ONNX exporter to use operator set version 18 because the requested opset",
-            "Failed to convert the model to the target version 12 using the ONNX C API.",
-            "No Adapter From Version $13 for Cast",
-        ]:
-            assert text in logged[0], f"the export no longer logs {text!r}:\n{logged[0]}"
-        print("  logged: 'Setting ONNX exporter to use operator set version 18 because ...'")
-        print("  logged: 'Failed to convert the model to the target version 12 ...'")
-        print("    (a traceback ending in 'No Adapter From Version $13 for Cast'); no error")
-
-        # region step7-2
-        written = onnx.load("threshold_source_as_written.onnx")
-        ops = [node.op_type for node in written.graph.node]
-        opset = {o.domain: o.version for o in written.opset_import}[""]
-        print(f"  SILENTLY IGNORED: the symbolic was not used; ops {ops}, opset {opset}, not 12")
-        assert_onnx_program(program, rtol=0, atol=0)  # ONNX Runtime against PyTorch: exact
-        print("  threshold_source_as_written.onnx: matches PyTorch")
-        # endregion
-
-        assert "cstThreshold" not in ops and opset == 18, (ops, opset)
-        harness.show("threshold_source_as_written.onnx")
-
-    # region step7-3
-    # Nothing registered is needed: torch.export and torchlib handle all three ops.
-    x, deform_inputs = torch.randn(1, 3, 10, 10), deform_conv_inputs()
-    deform_model = DeformConvModel().eval()
-    deform_atol = round(1e-5 * float(deform_model(*deform_inputs).abs().max()), 6)  # as in step 6
-    for model, inputs, path, rtol, atol in [
-        (ThresholdModel().eval(), (x,), "threshold_dynamo.onnx", 0.0, 0.0),
-        (AsinhModel().eval(), (x * 4,), "asinh_dynamo.onnx", 1e-5, 1e-6),
-        (deform_model, deform_inputs, "deform_conv2d_dynamo.onnx", 0.0, deform_atol),
-    ]:
-        # opset 20, the default from torch 2.9 (2.8 writes 18, where ONNX has no DeformConv)
-        program = torch.onnx.export(
-            model, inputs, path, dynamo=True, verbose=False, external_data=False, opset_version=20
-        )
-        assert_onnx_program(program, rtol=rtol, atol=atol)  # ONNX Runtime against PyTorch
-        ops = [node.op_type for node in onnx.load(path).graph.node]
-        print(f"  {path}: {ops}, matches PyTorch")
-    # endregion
-
-        exported = harness.show(path)
-        assert all(n.domain == "" for n in exported.graph.node), path
-    assert [n.op_type for n in onnx.load("deform_conv2d_dynamo.onnx").graph.node] == ["DeformConv"]
-
-    # region step7-4
-    model = ThresholdModel().eval()
-    table = {torch.ops.aten.threshold.default: threshold_translation}
-    with expect_error("No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'"):
-        torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
-    # endregion
-
-    # region step7-5
-    for translation, path in [
-        (threshold_local_schema, "threshold_custom_dynamo.onnx"),
-        (threshold_script, "threshold_custom_dynamo_script.onnx"),
-    ]:
-        table = {torch.ops.aten.threshold.default: translation}
-        program = torch.onnx.export(
-            model, (x,), path, dynamo=True, verbose=False, external_data=False,
-            custom_translation_table=table,
-        )
-        (node,) = onnx.load(path).graph.node
-        attributes = sorted(onnx.helper.printable_attribute(a) for a in node.attribute)
-        print(f"  {path}: one {node.domain}.{node.op_type} node, {attributes}")
-        if onnx_op is not None:  # step 1's Python kernel runs the node
-            program.initialize_inference_session(ortx_session)
-            assert_onnx_program(program, rtol=0, atol=0)
-            print(f"  {path}: matches PyTorch")
-    # endregion
-
-        exported = harness.show(path)
-        assert harness.opsets_of(exported).get("rknn_cst") == 1, harness.opsets_of(exported)
-        assert harness.output_dims(exported) == [1, 3, 10, 10]  # typed by the exporter
-    print("  onnx.defs knows cstThreshold:", onnx.defs.has("cstThreshold", "rknn_cst"))
-    assert not onnx.defs.has("cstThreshold", "rknn_cst")
-
-    # region step7-6
-    shapeless = onnx.load("threshold_custom_dynamo.onnx")
-    shapeless.graph.output[0].type.tensor_type.ClearField("shape")  # as another tool may meet it
-    inferred = onnx.shape_inference.infer_shapes(shapeless, strict_mode=True)
-    print("  ONNX shape inference, schema local: output shape", output_shape(inferred))
-    # endregion
-
-    # region step7-7
-    threshold_schema.set_type_and_shape_inference_function(same_type_and_shape)
-    onnx.defs.register_schema(threshold_schema)  # for every library in this process, from now on
-    inferred = onnx.shape_inference.infer_shapes(shapeless, strict_mode=True)
-    print("  ONNX shape inference, schema registered: output shape", output_shape(inferred))
-    with expect_error("but it is already registered"):
-        onnx.defs.register_schema(threshold_schema)  # once per process: a second one fails
-    onnx.defs.deregister_schema("cstThreshold", 1, "rknn_cst")
-    print("  deregistered: onnx.defs knows it:", onnx.defs.has("cstThreshold", "rknn_cst"))
-    # endregion
-    assert output_shape(inferred) == [1, 3, 10, 10]
-    assert not onnx.defs.has("cstThreshold", "rknn_cst")
-    if onnx_op is None:
-        raise harness.Skip(harness.ortx_problem())
-
-
-# --- 8. dynamo=True: the error names an op the model never calls (decompositions) ---
-
-
-# region CholeskyModel
-class CholeskyModel(torch.nn.Module):
-    def forward(self, a):
-        return torch.linalg.cholesky(a)  # a: a batch of symmetric positive-definite matrices
-# endregion
-
-
-# region cholesky_translation
-op = onnxscript.opset18  # ONNX's standard ops, for translations
-
-
-def cholesky_translation(self, upper: bool = False):
-    # Cholesky-Banachiewicz, one column at a time, unrolled for the size known at export time.
-    n = self.shape[-1]
-    columns = []
-    for j in range(n):
-        column = op.Gather(self, op.Constant(value_int=j), axis=-1)  # A[..., :, j]
-        index = op.Constant(value_ints=[j])
-        for done in columns:  # minus L[:, k] * L[j, k] for every column k < j
-            column = op.Sub(column, op.Mul(done, op.Gather(done, index, axis=-1)))
-        pivot = op.Sqrt(op.Gather(column, index, axis=-1))  # L[j, j]
-        below = op.Constant(value_floats=[0.0] * j + [1.0] * (n - j))  # rows above j: 0 in L
-        columns.append(op.Mul(op.Div(column, pivot), below))
-    lower = op.Concat(*[op.Unsqueeze(column, [-1]) for column in columns], axis=-1)
-    if upper:  # U = L transposed
-        rank = len(self.shape)
-        return op.Transpose(lower, perm=[*range(rank - 2), rank - 1, rank - 2])
-    return lower
-# endregion
-
-
-# region cholesky_ex_translation
-# What a reader writes after reading the error: a translation for the op it names (L, a code).
-def cholesky_ex_translation(self, upper: bool = False, check_errors: bool = False):
-    return cholesky_translation(self, upper), op.Constant(value_int=0)
-# endregion
-
-
-@harness.needs_torch("2.6", NEEDS_2_6)
-def step8_decompositions():
-    """dynamo=True: the error names an op the model never calls"""
-    # region step8
-    torch.manual_seed(0)
-    x = torch.randn(2, 4, 4)
-    a = x @ x.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
-    model = CholeskyModel().eval()
-    with expect_error("No ONNX function found for <OpOverload(op='aten.linalg_cholesky_ex'"):
-        torch.onnx.export(model, (a,), dynamo=True, verbose=False)
-    # endregion
-
-    # region step8-2
-    # Explicit capture: torch.export's own errors surface here, and its graphs can be read.
-    ep = torch.export.export(model, (a,), strict=False)
-    calls = [str(node.target) for node in ep.graph.nodes if node.op == "call_function"]
-    print("  the model calls:", calls)
-    decomposed = ep.run_decompositions()
-    after = [str(node.target) for node in decomposed.graph.nodes if node.op == "call_function"]
-    print("  after run_decompositions():", after)
-    # endregion
-    assert calls == ["aten.linalg_cholesky.default"], calls
-    assert "aten.linalg_cholesky_ex.default" in after, after
-
-    if harness.TORCH < (2, 9):  # 2.8: no with_effects node, so keying on the _ex op exports
-        assert "with_effects" not in after, after
-        harness.differs("run_decompositions() drops aten._linalg_check_errors (no with_effects "
-                        "node), so keying on linalg_cholesky_ex exports too")
-        keyed_on_the_decomposed_op_before_2_9(ep, a)
-    else:
-        assert "with_effects" in after, after  # the error check, effectful (pytorch#184111)
-        # region step8-3
-        table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
-        with expect_error("OpOverload(op='aten._linalg_check_errors'"):
-            torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
-        # endregion
-
-    # region step8-4
-    table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
-    program = torch.onnx.export(
-        ep, (), "cholesky_dynamo.onnx", dynamo=True, verbose=False, external_data=False,
-        custom_translation_table=table,
-    )
-    # strategy=None: you captured the program yourself, there is no capture strategy to check
-    assert_onnx_program(program, rtol=1e-5, atol=1e-5, strategy=None)
-    ops = sorted({node.op_type for node in onnx.load("cholesky_dynamo.onnx").graph.node})
-    print(f"  cholesky_dynamo.onnx: linalg_cholesky kept whole, standard ops {ops}")
-    print("  cholesky_dynamo.onnx: matches PyTorch")
-    # endregion
-
-    exported = harness.show("cholesky_dynamo.onnx")
-    assert all(n.domain == "" for n in exported.graph.node) and "Sqrt" in ops, ops
-
-
-# --- 9. A node ONNX Runtime implements itself: com.microsoft::CDist ---
-
-
-# region CDistModel
-class CDistModel(torch.nn.Module):
-    def forward(self, x1, x2):
-        return torch.cdist(x1, x2)  # euclidean distance of every row of x1 to every row of x2
-# endregion
-
+# --- 12. dynamo=False: com.microsoft::CDist from a symbolic ---
 
 # region cdist_contrib
 # aten::cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None)
@@ -772,42 +825,9 @@ def cdist_contrib(g, x1, x2, p, compute_mode):
 # endregion
 
 
-# region cdist_tolerance
-def cdist_tolerance(x1, x2):
-    # ORT's CDist computes |a|^2 + |b|^2 - 2 a.b with a matrix product, then the square root:
-    # float32 rounding of that sum is at most 2 (k + 2) 2^-24 (|a|^2 + |b|^2), k the row length,
-    # and the square root turns an error e of a distance near 0 into up to sqrt(e) (Notes).
-    k = x1.shape[-1]
-    largest = float((x1**2).sum(-1).max() + (x2**2).sum(-1).max())
-    return float(np.sqrt(2 * (k + 2) * 2.0**-24 * largest))
-# endregion
-
-
-# region cdist_translation
-msft = onnxscript.values.Opset("com.microsoft", 1)
-# ONNX Runtime's CDist (ContribOperators.md) as a local schema: the checker never trusts it
-cdist_schema = OpSchema(
-    "CDist",
-    "com.microsoft",
-    1,
-    inputs=[OpSchema.FormalParameter("A", "T"), OpSchema.FormalParameter("B", "T")],
-    outputs=[OpSchema.FormalParameter("C", "T")],
-    type_constraints=[("T", ["tensor(float)", "tensor(double)"], "float32 or float64 tensors")],
-    attributes=[OpSchema.Attribute("metric", OpSchema.AttrType.STRING, "(sq)euclidean")],
-)
-cdist_op = onnxscript.values.Op(msft, "CDist", cdist_schema)
-
-
-def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
-    if p != 2.0:
-        raise ValueError(f"com.microsoft::CDist has no p={p} metric")
-    return cdist_op(x1, x2, metric="euclidean")
-# endregion
-
-
-def step9_contrib_op():
-    """A node ONNX Runtime implements itself: com.microsoft::CDist"""
-    # region step9
+def step12_contrib_symbolic():
+    """dynamo=False: com.microsoft::CDist from a symbolic"""
+    # region step12
     torch.manual_seed(0)
     model, x1, x2 = CDistModel().eval(), torch.randn(5, 3), torch.randn(7, 3)
     names = ["x1", "x2"]
@@ -823,74 +843,46 @@ def step9_contrib_op():
         nodes = onnx.load(path).graph.node
         ops = sorted({f"{n.domain}.{n.op_type}".lstrip(".") for n in nodes})
         print(f"  {path}: {len(nodes)} node(s), {ops}")
-    # endregion
-
-    exported, _ = harness.show("cdist_contrib.onnx"), harness.show("cdist_builtin.onnx")
-    assert harness.op_types("cdist_contrib.onnx") == ["com.microsoft.CDist"]
-    assert harness.opsets_of(exported) == {"": 17, "com.microsoft": 1}, exported.opset_import
-    assert harness.output_dims(exported) == [5, 7]
-
-    # region step9-2
-    print("  onnx.defs knows com.microsoft CDist:", onnx.defs.has("CDist", "com.microsoft"))
     atol = round(cdist_tolerance(x1, x2), 6)
     for path in ["cdist_builtin.onnx", "cdist_contrib.onnx"]:
         (actual,) = run_ort(path, {"x1": x1.numpy(), "x2": x2.numpy()})  # plain ORT, no library
         compare(path, actual, model(x1, x2), rtol=0, atol=atol)
     # endregion
-    if harness.TORCH < (2, 6):
-        raise harness.NeedsTorch("2.6", NEEDS_2_6)
-
-    # The local schema is a transcription: check it against ONNX Runtime's own (a semi-private
-    # module: the supported route is ContribOperators.md).
-    check_against_onnxruntime(cdist_schema)
-
-    # region step9-3
-    with expect_error("No ONNX function found for <OpOverload(op='aten._cdist_forward'"):
-        torch.onnx.export(model, (x1, x2), dynamo=True, verbose=False)
-    # endregion
-
-    # region step9-4
-    table = {torch.ops.aten.cdist.default: cdist_translation}
-    program = torch.onnx.export(
-        model, (x1, x2), "cdist_contrib_dynamo.onnx", dynamo=True, verbose=False,
-        external_data=False, custom_translation_table=table,
-    )
-    assert_onnx_program(program, rtol=0, atol=round(cdist_tolerance(x1, x2), 6))  # plain ORT
-    (node,) = onnx.load("cdist_contrib_dynamo.onnx").graph.node
-    attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
-    print(f"  cdist_contrib_dynamo.onnx: one {node.domain}.{node.op_type} node, {attributes}")
-    print("  cdist_contrib_dynamo.onnx: matches PyTorch")
-    # endregion
-
-    exported = harness.show("cdist_contrib_dynamo.onnx")
-    assert harness.opsets_of(exported).get("com.microsoft") == 1
-    assert harness.output_dims(exported) == [5, 7] and not onnx.defs.has("CDist", "com.microsoft")
+    exported, _ = harness.show("cdist_contrib.onnx"), harness.show("cdist_builtin.onnx")
+    assert harness.op_types("cdist_contrib.onnx") == ["com.microsoft.CDist"]
+    assert harness.opsets_of(exported) == {"": 17, "com.microsoft": 1}, exported.opset_import
+    assert harness.output_dims(exported) == [5, 7]
+    assert not onnx.defs.has("CDist", "com.microsoft")  # the checker passed CDist unchecked
 
 
 # ---------------------------------------------------------------------------------------------
 
 STEPS = (
-    step1_custom_domain_node,
-    step2_standard_ops,
-    step3_override_builtin,
-    step4_asinh,
-    step5_operator_export_type,
-    step6_deform_conv2d,  # registers torchvision::deform_conv2d; nothing unregisters it
-    step7_dynamo,
-    step8_decompositions,
-    step9_contrib_op,
+    step1_dynamo_as_they_are,
+    step2_dynamo_custom_node,
+    step3_decompositions,
+    step4_dynamo_contrib_op,
+    step5_custom_domain_node,
+    step6_source_call,
+    step7_standard_ops,
+    step8_override_builtin,
+    step9_asinh,
+    step10_operator_export_type,
+    step11_deform_conv2d,  # registers torchvision::deform_conv2d; nothing unregisters it
+    step12_contrib_symbolic,
 )
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
-    1: ("threshold_untyped.onnx", "threshold_custom.onnx"),
-    2: ("threshold_standard.onnx",),
-    3: ("elu_builtin.onnx", "elu_override.onnx"),
-    4: ("asinh_opset9.onnx", "asinh_opset17.onnx"),
-    6: ("deform_conv2d.onnx",),
-    7: ("threshold_source_as_written.onnx", "threshold_dynamo.onnx", "asinh_dynamo.onnx",
-        "deform_conv2d_dynamo.onnx", "threshold_custom_dynamo.onnx",
-        "threshold_custom_dynamo_script.onnx"),
-    8: ("cholesky_dynamo.onnx",),
-    9: ("cdist_builtin.onnx", "cdist_contrib.onnx", "cdist_contrib_dynamo.onnx"),
+    1: ("threshold_dynamo.onnx", "asinh_dynamo.onnx", "deform_conv2d_dynamo.onnx"),
+    2: ("threshold_custom_dynamo.onnx", "threshold_custom_dynamo_script.onnx"),
+    3: ("cholesky_dynamo.onnx",),
+    4: ("cdist_contrib_dynamo.onnx",),
+    5: ("threshold_untyped.onnx", "threshold_custom.onnx"),
+    6: ("threshold_source_as_written.onnx",),
+    7: ("threshold_standard.onnx",),
+    8: ("elu_builtin.onnx", "elu_override.onnx"),
+    9: ("asinh_opset9.onnx", "asinh_opset17.onnx"),
+    11: ("deform_conv2d.onnx",),
+    12: ("cdist_builtin.onnx", "cdist_contrib.onnx"),
 }
 FAILURES = (
     "failures/threshold_no_attributes.onnx",
@@ -898,8 +890,8 @@ FAILURES = (
     "failures/deform_conv2d_fallthrough.onnx",
     "failures/deform_conv2d_aten.onnx",
     "failures/deform_conv2d_placeholder.onnx",
-    "failures/deform_conv2d_dynamo_opset18.onnx",  # torch 2.8 only: DeformConv at opset 18 (step 7)
-    "failures/cholesky_ex_dynamo.onnx",  # torch 2.8 only: keyed on the decomposed op (step 8)
+    "failures/deform_conv2d_dynamo_opset18.onnx",  # torch 2.8 only: DeformConv at opset 18 (step 1)
+    "failures/cholesky_ex_dynamo.onnx",  # torch 2.8 only: keyed on the decomposed op (step 3)
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
@@ -917,16 +909,16 @@ CAUSES = {
         "opset 9: register one (a one-to-one mapping)"),
     "unrecognized namespace {op_name}": ("dynamo=False",
         "torch 2.8.0's text for an op of a library namespace (`torchvision::deform_conv2d`) "
-        "with no symbolic: its name is missing from the message", 6),
+        "with no symbolic: its name is missing from the message", 11),
     "unrecognized namespace torchvision::deform_conv2d": ("dynamo=False",
         "a library's op (`torchvision::deform_conv2d`) with no symbolic: register one for its "
-        "namespace and name", 6),
+        "namespace and name", 11),
     "torchvision:deform_conv2d(-1) is not a registered function/op": ("ONNX Runtime",
         "`operator_export_type=ONNX_FALLTHROUGH` wrote the op as a `torchvision` node that no "
-        "runtime implements", 6),
+        "runtime implements", 11),
     "org.pytorch.aten:ATen(-1) is not a registered function/op": ("ONNX Runtime",
         "`operator_export_type=ONNX_ATEN_FALLBACK` wrote an `ATen` node, meant for a runtime "
-        "linked with PyTorch", 6),
+        "linked with PyTorch", 11),
     "custom:deform_conv2d(-1) is not a registered function/op": ("ONNX Runtime",
         "a symbolic that writes a custom-domain node: ONNX Runtime has no kernel for it (and "
         "this placeholder dropped `bias` and `mask`)"),
@@ -960,8 +952,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def source_call_before_2_9(x):
-    """Step 7 before torch 2.9: the source's call means dynamo=False, so the symbolic is used (the
-    model is step 1's); and dynamo=True's default opset 18 has no DeformConv."""
+    """Step 6 before torch 2.9: the source's call means dynamo=False, so the symbolic is used (the
+    model is step 5's)."""
     exported = harness.show("threshold_source_as_written.onnx")
     ops = harness.op_types("threshold_source_as_written.onnx")
     assert ops == ["rknn_cst.cstThreshold"], ops
@@ -972,6 +964,10 @@ def source_call_before_2_9(x):
         custom_ops.register_custom_ops_library(get_library_path())
         (actual,) = run_ort("threshold_source_as_written.onnx", {"input": x.numpy()}, custom_ops)
         compare("threshold_source_as_written.onnx", actual, ThresholdModel()(x), rtol=0, atol=0)
+
+
+def default_opset_before_2_9():
+    """Step 1 before torch 2.9: dynamo=True's default opset is 18, where ONNX has no DeformConv."""
     path = "failures/deform_conv2d_dynamo_opset18.onnx"
     torch.onnx.export(
         DeformConvModel().eval(), deform_conv_inputs(), path, dynamo=True, verbose=False,
@@ -983,7 +979,7 @@ def source_call_before_2_9(x):
 
 
 def keyed_on_the_decomposed_op_before_2_9(ep, a):
-    """Step 8 on torch 2.8: the decompositions drop the error check, so a translation keyed on
+    """Step 3 on torch 2.8: the decompositions drop the error check, so a translation keyed on
     linalg_cholesky_ex exports (the same graph as the fix); kept under failures/."""
     table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
     path = "failures/cholesky_ex_dynamo.onnx"

@@ -1,14 +1,15 @@
-"""A C++ PyTorch op exported as one custom ONNX node with two outputs.
+"""A C++ PyTorch op exported as one custom ONNX node with two outputs, by both exporters.
 
 Run: python test.py [--out DIR] [-v]
 
 Builds `cst::dual_residual(x, y, alpha) -> (x*alpha - y, y*alpha - x)` with
 torch.utils.cpp_extension (TORCH_LIBRARY; and the legacy torch::RegisterOperators of the source
-material), exports it as one `rknn_cst::cstDualResidual` node with the TorchScript-based exporter
-(dynamo=False), runs it in ONNX Runtime with a Python kernel, records attributes of every kind from
-a second op, keeps the single node under the torch.export-based exporter (dynamo=True) with a fake
-kernel, a local ONNX schema and custom_translation_table (the legacy op with the translation
-alone), and lists what a runtime must provide.
+material). The torch.export-based exporter (dynamo=True, the default) first: a fake kernel
+(checked by torch.library.opcheck), a custom_translation_table entry with a local ONNX schema
+writes one `rknn_cst::cstDualResidual` node, which runs in ONNX Runtime with a Python kernel
+(assert_onnx_program); the legacy op is traced through to Mul/Sub unless the translation is keyed
+on it. Then the TorchScript-based exporter (dynamo=False): the same node from a symbolic, and
+attributes of every kind from a second op. Last, what a runtime must provide.
 Every python block of README.md is in this file; the lines
 around them are the checks. Needs a C++ compiler; without one it exits 77 (SKIP).
 """
@@ -46,7 +47,7 @@ except ImportError:
     except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
         assert_onnx_program = None
 
-try:  # steps 4 and 6 run the custom nodes in ONNX Runtime with it
+try:  # steps 3 to 5 run the custom nodes in ONNX Runtime with it
     from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 except ImportError:  # pip install onnxruntime-extensions
     onnx_op = None
@@ -86,7 +87,7 @@ LEGACY_CPP = r"""
 static auto legacy_registry =
     torch::RegisterOperators().op("cst_legacy::dual_residual", &dual_residual);
 
-// Step 5: one argument of each attribute kind: float, int, string, float list, int list.
+// Step 6: one argument of each attribute kind: float, int, string, float list, int list.
 torch::Tensor foo_forward(torch::Tensor x, torch::Tensor y, double alpha, int64_t beta,
                           std::string mode, std::vector<double> scales,
                           std::vector<int64_t> dims) {
@@ -95,7 +96,7 @@ torch::Tensor foo_forward(torch::Tensor x, torch::Tensor y, double alpha, int64_
   return (z * per_channel).sum(dims, /*keepdim=*/true);
 }
 
-// Legacy too, as PyTorch 1.10's torch.onnx documentation registers its foo_forward (step 5).
+// Legacy too, as PyTorch 1.10's torch.onnx documentation registers its foo_forward (step 6).
 static auto foo_registry =
     torch::RegisterOperators().op("cst_legacy::foo_forward", &foo_forward);
 """
@@ -154,41 +155,264 @@ class DualResidualModel(torch.nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. Reproduce the failure
+# 2. dynamo=True: a fake kernel for torch.export
+# ---------------------------------------------------------------------------------------------
+
+# Why the dynamo=True steps (2 to 4) need torch 2.6
+DYNAMO_WHY = (
+    "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old "
+    "torch.onnx.dynamo_export"
+)
+# What torch 2.8's draft export ends with (step 2), and every torch without a translation
+NO_TRANSLATION = "No ONNX function found for <OpOverload(op='cst.dual_residual'"
+
+
+@harness.needs_torch("2.6", DYNAMO_WHY)
+def step2_fake_kernel():
+    """dynamo=True: a fake kernel for torch.export"""
+    need_step1_ops()
+    print("  exporting with dynamo=True: a few seconds per export, six exports in steps 2 to 4")
+    # region step2
+    os.makedirs("failures", exist_ok=True)
+    model = DualResidualModel().eval()
+    inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+    # endregion
+
+    if harness.TORCH < (2, 9):  # torch.export fails on the missing fake kernel; draft export runs
+        harness.differs(
+            "dynamo=True writes opset 18 (20 from 2.9), and a missing fake kernel does not stop "
+            "it: draft export runs the CPU kernel, and the export fails later, at conversion"
+        )
+        report = "it was not able to soundly produce a graph"
+        with harness.quiet(report), expect_error(NO_TRANSLATION):
+            torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+        print(f"  draft export logged: ... {report} ...")
+    else:
+        # region step2-2
+        with expect_error("UnsupportedOperatorException'>: cst.dual_residual.default"):
+            torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+        # endregion
+    # region step2-3
+    with expect_error("UnsupportedOperatorException: cst.dual_residual.default"):
+        torch.export.export(model, inputs, strict=False)
+    # endregion
+
+    # region _
+    @torch.library.register_fake("cst::dual_residual")
+    def _(x, y, alpha):
+        return torch.empty_like(x), torch.empty_like(y)
+    # endregion
+
+    # region step2-4
+    checks = torch.library.opcheck(torch.ops.cst.dual_residual.default, (*inputs, 0.5))
+    print("  opcheck:", ", ".join(f"{test}: {result}" for test, result in checks.items()))
+    # endregion
+
+    # region step2-5
+    with expect_error("No ONNX function found for <OpOverload(op='cst.dual_residual'"):
+        torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+    # endregion
+
+    assert set(checks.values()) == {"SUCCESS"}, checks
+    captured = torch.export.export(model, inputs, strict=False)  # the fake kernel got it through
+    assert "cst.dual_residual.default" in call_targets(captured), call_targets(captured)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. dynamo=True: one node from a translation, run in ONNX Runtime
+# ---------------------------------------------------------------------------------------------
+
+
+# region dual_residual_no_schema
+rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
+
+
+def dual_residual_no_schema(x, y, alpha: float):
+    return rknn_cst.cstDualResidual(x, y, alpha=alpha)
+# endregion
+
+
+# region dual_residual_translation
+# The node's ONNX schema, kept local: it tells onnxscript that the node has two outputs.
+Parameter = onnx.defs.OpSchema.FormalParameter
+dual_residual_schema = onnx.defs.OpSchema(
+    "cstDualResidual",
+    "rknn_cst",
+    1,
+    inputs=[Parameter("X", "T"), Parameter("Y", "T")],
+    outputs=[Parameter("X_res", "T"), Parameter("Y_res", "T")],
+    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
+    attributes=[onnx.defs.OpSchema.Attribute("alpha", onnx.defs.OpSchema.AttrType.FLOAT, "")],
+)
+cstDualResidual = onnxscript.values.Op(rknn_cst, "cstDualResidual", dual_residual_schema)
+
+
+def dual_residual_translation(x, y, alpha: float):
+    return cstDualResidual(x, y, alpha=alpha)
+# endregion
+
+
+def register_python_kernel():
+    """Step 3's stand-in kernel; step 5 registers it where step 3 cannot run (torch < 2.6)."""
+    # region cst_dual_residual
+    @onnx_op(
+        op_type="rknn_cst::cstDualResidual",
+        inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+        outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+        attrs={"alpha": PyCustomOpDef.dt_float},
+    )
+    def cst_dual_residual(x, y, alpha):
+        alpha = np.float32(alpha)
+        return x * alpha - y, y * alpha - x
+    # endregion
+
+
+# region ortx_session
+def ortx_session(model):
+    """An ONNX Runtime session that runs @onnx_op kernels (onnxruntime-extensions' library)."""
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+# endregion
+
+
+@harness.needs_torch("2.6", DYNAMO_WHY)
+def step3_translation():
+    """dynamo=True: one rknn_cst::cstDualResidual node from a translation"""
+    need_step1_ops()
+    model = DualResidualModel().eval()  # the model and inputs of step 2, and its fake kernel
+    inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+    if harness.TORCH < (2, 9):
+        harness.differs("dynamo=True writes opset 18 (20 from 2.9)")
+
+    # region step3
+    table = {torch.ops.cst.dual_residual.default: dual_residual_no_schema}
+    with expect_error("No schema registered for 'cstDualResidual' version '1'"):
+        torch.onnx.export(model, inputs, dynamo=True, verbose=False, custom_translation_table=table)
+    # endregion
+
+    # region step3-2
+    onnx_program = torch.onnx.export(
+        model,
+        inputs,
+        dynamo=True,
+        verbose=False,
+        input_names=["x", "y"],
+        output_names=["x_res", "y_res"],
+        custom_translation_table={torch.ops.cst.dual_residual.default: dual_residual_translation},
+    )
+    onnx_program.save("dual_residual_dynamo.onnx")
+    print(onnx.printer.to_text(onnx_program.model_proto.graph))
+    # endregion
+
+    exported = onnx.load("dual_residual_dynamo.onnx")
+    onnx.checker.check_model(exported, full_check=True)
+    (node,) = exported.graph.node
+    assert (node.domain, node.op_type) == ("rknn_cst", "cstDualResidual")
+    assert not onnx.defs.has("cstDualResidual", "rknn_cst")  # the schema stayed local
+    outputs = [(o.name, harness.type_text(o.type)) for o in exported.graph.output]
+    assert outputs == [("x_res", "float32[2,3,4]"), ("y_res", "float32[2,3,4]")], outputs
+    assert harness.opsets_of(exported) == {"": 18 if harness.TORCH < (2, 9) else 20, "rknn_cst": 1}
+
+    # region step3-3
+    with expect_error("rknn_cst:cstDualResidual(-1) is not a registered function/op"):
+        ort.InferenceSession("dual_residual_dynamo.onnx", providers=["CPUExecutionProvider"])
+    # endregion
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+    register_python_kernel()
+
+    # region step3-4
+    onnx_program.initialize_inference_session(ortx_session)  # runs the @onnx_op kernel
+    assert_onnx_program(onnx_program, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
+    print("  dual_residual_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
+    # endregion
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. dynamo=True and a legacy RegisterOperators op
+# ---------------------------------------------------------------------------------------------
+
+
+# region LegacyDualResidualModel
+class LegacyDualResidualModel(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.ops.cst_legacy.dual_residual(x, y, 0.5)
+# endregion
+
+
+@harness.needs_torch("2.6", DYNAMO_WHY)
+def step4_legacy_op():
+    """dynamo=True and a legacy RegisterOperators op"""
+    need_step1_ops()
+    inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))  # the inputs of step 2
+    if harness.TORCH < (2, 9):
+        harness.differs("dynamo=True writes opset 18 (20 from 2.9)")
+
+    # region step4
+    legacy_model = LegacyDualResidualModel().eval()
+    legacy_program = torch.onnx.export(legacy_model, inputs, dynamo=True, verbose=False)
+    print("  the custom node is gone:", [n.op_type for n in legacy_program.model_proto.graph.node])
+    assert_onnx_program(legacy_program, rtol=1e-6, atol=1e-6)  # right numbers, no custom node
+    legacy_program.save("failures/dual_residual_traced_through.onnx")
+    # endregion
+
+    # region step4-2
+    dispatch = torch._C._dispatch_dump("cst_legacy::dual_residual")
+    print(" ", next(line for line in dispatch.splitlines() if "CompositeImplicitAutograd" in line))
+    # endregion
+
+    traced = harness.show("failures/dual_residual_traced_through.onnx")
+    assert [n.op_type for n in traced.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
+    assert harness.opsets_of(traced) == {"": 18 if harness.TORCH < (2, 9) else 20}
+    assert "registered by RegisterOperators" in dispatch
+    # torch.export keeps the legacy op; the exporter's run_decompositions replaces it
+    captured = torch.export.export(legacy_model, inputs, strict=False)
+    assert "cst_legacy.dual_residual.default" in call_targets(captured), call_targets(captured)
+    decomposed = call_targets(captured.run_decompositions())
+    assert not any(t.startswith("cst_legacy.") for t in decomposed), decomposed
+
+    # region step4-3
+    legacy_table = {torch.ops.cst_legacy.dual_residual.default: dual_residual_translation}
+    legacy_kept = torch.onnx.export(
+        legacy_model,
+        inputs,
+        dynamo=True,
+        verbose=False,
+        input_names=["x", "y"],
+        output_names=["x_res", "y_res"],
+        custom_translation_table=legacy_table,
+    )
+    print("  one node again:", [n.op_type for n in legacy_kept.model_proto.graph.node])
+    legacy_kept.save("dual_residual_legacy_dynamo.onnx")
+    # endregion
+
+    kept = onnx.load("dual_residual_legacy_dynamo.onnx")
+    onnx.checker.check_model(kept, full_check=True)
+    (node,) = kept.graph.node
+    assert (node.domain, node.op_type) == ("rknn_cst", "cstDualResidual")
+    outputs = [(o.name, harness.type_text(o.type)) for o in kept.graph.output]
+    assert outputs == [("x_res", "float32[2,3,4]"), ("y_res", "float32[2,3,4]")], outputs
+    from torch._library.simple_registry import singleton  # where register_fake records
+
+    assert singleton.find("cst_legacy::dual_residual").fake_impl.kernel is None  # no fake kernel
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+    # region step4-4
+    legacy_kept.initialize_inference_session(ortx_session)
+    assert_onnx_program(legacy_kept, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
+    print("  dual_residual_legacy_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
+    # endregion
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. dynamo=False: the same node from a symbolic
 # ---------------------------------------------------------------------------------------------
 
 # The graphs the TorchScript exporter prints before it raises: torch 2.5 to 2.14 the second,
 # torch 2.15 both, torch 2.4 neither (README, Notes)
 DUMPS = ("ONNX graph being constructed during exception:", "Torch IR graph at exception:")
-
-
-def step2_reproduce():
-    """Export with no symbolic (dynamo=False)"""
-    need_step1_ops()
-    with harness.quiet() as dump:  # the exporter's graph dumps, reported below
-        # region step2
-        os.makedirs("failures", exist_ok=True)
-        model = DualResidualModel().eval()
-        inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-        with expect_error("ONNX export failed on an operator with unrecognized namespace"):
-            torch.onnx.export(
-                model, inputs, "failures/dual_residual.onnx", dynamo=False, opset_version=12
-            )
-        # endregion
-    other_dumps = held_back(dump[0])
-
-    name = "cst::dual_residual"  # the op's name, in the message on torch 2.4, 2.14 and 2.15
-    if harness.TORCH == (2, 8):  # torch/onnx/errors.py at v2.8.0 lacks the f of an f-string
-        name = "{op_name}"
-        harness.differs("the message says {op_name} where the op's name belongs")
-    elif other_dumps:  # torch 2.4: no dump; torch 2.15: two
-        harness.differs(other_dumps)
-    assert f"unrecognized namespace {name}. If you are trying" in harness.printed()
-
-
-# ---------------------------------------------------------------------------------------------
-# 3. Export it as one node
-# ---------------------------------------------------------------------------------------------
 
 
 # region dual_residual_untyped
@@ -209,14 +433,31 @@ def dual_residual_symbolic(g, x, y, alpha):
 # endregion
 
 
-def step3_export_one_node():
-    """One rknn_cst::cstDualResidual node (dynamo=False)"""
+def step5_symbolic():
+    """dynamo=False: the same node from a symbolic"""
     need_step1_ops()
     model = DualResidualModel().eval()  # the model and inputs of step 2
     inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
+    with harness.quiet() as dump:  # the exporter's graph dumps, reported below
+        # region step5
+        with expect_error("ONNX export failed on an operator with unrecognized namespace"):
+            torch.onnx.export(
+                model, inputs, "failures/dual_residual.onnx", dynamo=False, opset_version=12
+            )
+        # endregion
+    other_dumps = held_back(dump[0])
+
+    name = "cst::dual_residual"  # the op's name, in the message on torch 2.4, 2.14 and 2.15
+    if harness.TORCH == (2, 8):  # torch/onnx/errors.py at v2.8.0 lacks the f of an f-string
+        name = "{op_name}"
+        harness.differs("the message says {op_name} where the op's name belongs")
+    elif other_dumps:  # torch 2.4: no dump; torch 2.15: two
+        harness.differs(other_dumps)
+    assert f"unrecognized namespace {name}. If you are trying" in harness.printed()
+
     warning = "The shape inference of rknn_cst::cstDualResidual type is missing"
     with harness.quiet(warning):  # the exporter's C++ warning, checked
-        # region step3
+        # region step5-2
         register_custom_op_symbolic("cst::dual_residual", dual_residual_untyped, 12)
         torch.onnx.export(
             model,
@@ -231,7 +472,7 @@ def step3_export_one_node():
         # endregion
     print(f"  the exporter warned: {warning} ...")
     with harness.quiet() as typed:
-        # region step3-2
+        # region step5-3
         register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
         torch.onnx.export(
             model,
@@ -246,7 +487,7 @@ def step3_export_one_node():
         # endregion
     assert warning not in typed[0], typed[0]
 
-    # region step3-3
+    # region step5-4
     for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
         print(onnx.printer.to_text(onnx.load(path).graph))
     # endregion
@@ -262,47 +503,11 @@ def step3_export_one_node():
     assert shapes["dual_residual.onnx"] == ["float32[2,3,4]"] * 2, shapes
     print("  with setType: no warning; outputs x_res, y_res: float32[2,3,4]")
 
-
-# ---------------------------------------------------------------------------------------------
-# 4. Run it
-# ---------------------------------------------------------------------------------------------
-
-
-# region ortx_session
-def ortx_session(model):
-    """An ONNX Runtime session that runs @onnx_op kernels (onnxruntime-extensions' library)."""
-    options = ort.SessionOptions()
-    options.register_custom_ops_library(get_library_path())
-    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-# endregion
-
-
-def step4_run():
-    """Run it in ONNX Runtime with a Python kernel"""
-    need_step1_ops()
-    model = DualResidualModel().eval()  # the model and inputs of step 2
-    inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-    # region step4
-    with expect_error("rknn_cst:cstDualResidual(-1) is not a registered function/op"):
-        ort.InferenceSession("dual_residual.onnx", providers=["CPUExecutionProvider"])
-    # endregion
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
-
-    # The stand-in for the target runtime's kernel; step 6 runs its model with it too.
-    # region cst_dual_residual
-    @onnx_op(
-        op_type="rknn_cst::cstDualResidual",
-        inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
-        outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
-        attrs={"alpha": PyCustomOpDef.dt_float},
-    )
-    def cst_dual_residual(x, y, alpha):
-        alpha = np.float32(alpha)
-        return x * alpha - y, y * alpha - x
-    # endregion
-
-    # region step4-2
+    if harness.TORCH < (2, 6):  # step 3, which registers the kernel, needs torch 2.6
+        register_python_kernel()
+    # region step5-5
     feeds = {"x": inputs[0].numpy(), "y": inputs[1].numpy()}
     for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
         actual = ortx_session(path).run(None, feeds)
@@ -312,7 +517,7 @@ def step4_run():
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. Attributes of every kind
+# 6. Attributes of every kind
 # ---------------------------------------------------------------------------------------------
 
 
@@ -367,11 +572,11 @@ class Foo(OpRun):
 # endregion
 
 
-def step5_attributes():
-    """Attributes of every kind: cst_legacy::foo_forward (dynamo=False)"""
+def step6_attributes():
+    """dynamo=False: attributes of every kind, from cst_legacy::foo_forward"""
     need_step1_ops()
-    with harness.quiet() as dump:  # the exporter's graph dumps, as in step 2
-        # region step5
+    with harness.quiet() as dump:  # the exporter's graph dumps, as in step 5
+        # region step6
         foo_model = FooModel().eval()
         foo_inputs = (torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5))
         register_custom_op_symbolic("cst_legacy::foo_forward", foo_forward_with_fs, 12)
@@ -384,7 +589,7 @@ def step5_attributes():
     if other_dumps:  # torch 2.4: no dump; torch 2.15: two
         harness.differs(other_dumps)
 
-    # region step5-2
+    # region step6-2
     register_custom_op_symbolic("cst_legacy::foo_forward", foo_forward_symbolic, 12)
     torch.onnx.export(
         foo_model,
@@ -398,7 +603,7 @@ def step5_attributes():
     # endregion
     exported = harness.show("failures/foo_all_attributes.onnx")
 
-    # region step5-3
+    # region step6-3
     foo_onnx = onnx.load("failures/foo_all_attributes.onnx")
     (foo_node,) = foo_onnx.graph.node
     kinds = {a.name: onnx.AttributeProto.AttributeType.Name(a.type) for a in foo_node.attribute}
@@ -417,187 +622,6 @@ def step5_attributes():
         "dims": "INTS",
     }, kinds
     assert [harness.type_text(o.type) for o in exported.graph.output] == ["float32[2,3,1,1]"]
-
-
-# ---------------------------------------------------------------------------------------------
-# 6. The torch.export-based exporter (dynamo=True)
-# ---------------------------------------------------------------------------------------------
-
-
-# region dual_residual_no_schema
-rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
-
-
-def dual_residual_no_schema(x, y, alpha: float):
-    return rknn_cst.cstDualResidual(x, y, alpha=alpha)
-# endregion
-
-
-# region dual_residual_translation
-# The node's ONNX schema, kept local: it tells onnxscript that the node has two outputs.
-Parameter = onnx.defs.OpSchema.FormalParameter
-dual_residual_schema = onnx.defs.OpSchema(
-    "cstDualResidual",
-    "rknn_cst",
-    1,
-    inputs=[Parameter("X", "T"), Parameter("Y", "T")],
-    outputs=[Parameter("X_res", "T"), Parameter("Y_res", "T")],
-    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
-    attributes=[onnx.defs.OpSchema.Attribute("alpha", onnx.defs.OpSchema.AttrType.FLOAT, "")],
-)
-cstDualResidual = onnxscript.values.Op(rknn_cst, "cstDualResidual", dual_residual_schema)
-
-
-def dual_residual_translation(x, y, alpha: float):
-    return cstDualResidual(x, y, alpha=alpha)
-# endregion
-
-
-# What torch 2.8's draft export ends with (step 6), and every torch without a translation
-NO_TRANSLATION = "No ONNX function found for <OpOverload(op='cst.dual_residual'"
-
-
-# region LegacyDualResidualModel
-class LegacyDualResidualModel(torch.nn.Module):
-    def forward(self, x, y):
-        return torch.ops.cst_legacy.dual_residual(x, y, 0.5)
-# endregion
-
-
-@harness.needs_torch(
-    "2.6",
-    "custom_translation_table came with 2.6; on 2.4, dynamo=True is the old "
-    "torch.onnx.dynamo_export",
-)
-def step6_dynamo():
-    """The torch.export-based exporter (dynamo=True)"""
-    need_step1_ops()
-    model = DualResidualModel().eval()  # the model and inputs of step 2
-    inputs = (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
-    print("  exporting with dynamo=True: a few seconds per export, six exports")
-
-    if harness.TORCH < (2, 9):  # torch.export fails on the missing fake kernel; draft export runs
-        harness.differs(
-            "dynamo=True writes opset 18 (20 from 2.9), and a missing fake kernel does not stop "
-            "it: draft export runs the CPU kernel, and the export fails later, at conversion"
-        )
-        report = "it was not able to soundly produce a graph"
-        with harness.quiet(report), expect_error(NO_TRANSLATION):
-            torch.onnx.export(model, inputs, dynamo=True, verbose=False)
-        print(f"  draft export logged: ... {report} ...")
-    else:
-        # region step6
-        with expect_error("UnsupportedOperatorException'>: cst.dual_residual.default"):
-            torch.onnx.export(model, inputs, dynamo=True, verbose=False)
-        # endregion
-    # region step6-2
-    with expect_error("UnsupportedOperatorException: cst.dual_residual.default"):
-        torch.export.export(model, inputs, strict=False)
-    # endregion
-
-    # region _
-    @torch.library.register_fake("cst::dual_residual")
-    def _(x, y, alpha):
-        return torch.empty_like(x), torch.empty_like(y)
-    # endregion
-
-    # region step6-3
-    checks = torch.library.opcheck(torch.ops.cst.dual_residual.default, (*inputs, 0.5))
-    print("  opcheck:", ", ".join(f"{test}: {result}" for test, result in checks.items()))
-    # endregion
-
-    # region step6-4
-    with expect_error("No ONNX function found for <OpOverload(op='cst.dual_residual'"):
-        torch.onnx.export(model, inputs, dynamo=True, verbose=False)
-    # endregion
-
-    # region step6-5
-    table = {torch.ops.cst.dual_residual.default: dual_residual_no_schema}
-    with expect_error("No schema registered for 'cstDualResidual' version '1'"):
-        torch.onnx.export(model, inputs, dynamo=True, verbose=False, custom_translation_table=table)
-    # endregion
-
-    # region step6-6
-    onnx_program = torch.onnx.export(
-        model,
-        inputs,
-        dynamo=True,
-        verbose=False,
-        input_names=["x", "y"],
-        output_names=["x_res", "y_res"],
-        custom_translation_table={torch.ops.cst.dual_residual.default: dual_residual_translation},
-    )
-    onnx_program.save("dual_residual_dynamo.onnx")
-    print(onnx.printer.to_text(onnx_program.model_proto.graph))
-    # endregion
-
-    exported = onnx.load("dual_residual_dynamo.onnx")
-    onnx.checker.check_model(exported, full_check=True)
-    (node,) = exported.graph.node
-    assert (node.domain, node.op_type) == ("rknn_cst", "cstDualResidual")
-    assert not onnx.defs.has("cstDualResidual", "rknn_cst")  # the schema stayed local
-    outputs = [(o.name, harness.type_text(o.type)) for o in exported.graph.output]
-    assert outputs == [("x_res", "float32[2,3,4]"), ("y_res", "float32[2,3,4]")], outputs
-    assert harness.opsets_of(exported) == {"": 18 if harness.TORCH < (2, 9) else 20, "rknn_cst": 1}
-    if onnx_op is None:
-        raise harness.Skip(harness.ortx_problem())
-
-    # region step6-7
-    onnx_program.initialize_inference_session(ortx_session)  # runs step 4's @onnx_op kernel
-    assert_onnx_program(onnx_program, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
-    print("  dual_residual_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
-    # endregion
-
-    # region step6-8
-    legacy_model = LegacyDualResidualModel().eval()
-    legacy_program = torch.onnx.export(legacy_model, inputs, dynamo=True, verbose=False)
-    print("  the custom node is gone:", [n.op_type for n in legacy_program.model_proto.graph.node])
-    assert_onnx_program(legacy_program, rtol=1e-6, atol=1e-6)  # right numbers, no custom node
-    legacy_program.save("failures/dual_residual_traced_through.onnx")
-    # endregion
-
-    # region step6-9
-    dispatch = torch._C._dispatch_dump("cst_legacy::dual_residual")
-    print(" ", next(line for line in dispatch.splitlines() if "CompositeImplicitAutograd" in line))
-    # endregion
-
-    traced = harness.show("failures/dual_residual_traced_through.onnx")
-    assert [n.op_type for n in traced.graph.node] == ["Mul", "Sub", "Mul", "Sub"]
-    assert harness.opsets_of(traced) == {"": 18 if harness.TORCH < (2, 9) else 20}
-    assert "registered by RegisterOperators" in dispatch
-    # torch.export keeps the legacy op; the exporter's run_decompositions replaces it
-    captured = torch.export.export(legacy_model, inputs, strict=False)
-    assert "cst_legacy.dual_residual.default" in call_targets(captured), call_targets(captured)
-    decomposed = call_targets(captured.run_decompositions())
-    assert not any(t.startswith("cst_legacy.") for t in decomposed), decomposed
-
-    # region step6-10
-    legacy_table = {torch.ops.cst_legacy.dual_residual.default: dual_residual_translation}
-    legacy_kept = torch.onnx.export(
-        legacy_model,
-        inputs,
-        dynamo=True,
-        verbose=False,
-        input_names=["x", "y"],
-        output_names=["x_res", "y_res"],
-        custom_translation_table=legacy_table,
-    )
-    print("  one node again:", [n.op_type for n in legacy_kept.model_proto.graph.node])
-    legacy_kept.save("dual_residual_legacy_dynamo.onnx")
-    legacy_kept.initialize_inference_session(ortx_session)
-    assert_onnx_program(legacy_kept, rtol=1e-6, atol=1e-6)  # ONNX Runtime vs PyTorch
-    print("  dual_residual_legacy_dynamo.onnx: ONNX Runtime matches PyTorch (assert_onnx_program)")
-    # endregion
-
-    kept = onnx.load("dual_residual_legacy_dynamo.onnx")
-    onnx.checker.check_model(kept, full_check=True)
-    (node,) = kept.graph.node
-    assert (node.domain, node.op_type) == ("rknn_cst", "cstDualResidual")
-    outputs = [(o.name, harness.type_text(o.type)) for o in kept.graph.output]
-    assert outputs == [("x_res", "float32[2,3,4]"), ("y_res", "float32[2,3,4]")], outputs
-    from torch._library.simple_registry import singleton  # where register_fake records
-
-    assert singleton.find("cst_legacy::dual_residual").fake_impl.kernel is None  # no fake kernel
 
 
 # ---------------------------------------------------------------------------------------------
@@ -624,18 +648,18 @@ def custom_nodes(path):
 
 def step7_deploy():
     """Deploying a model with a custom-domain node"""
-    if harness.TORCH < (2, 6):  # step 6, which writes dual_residual_dynamo.onnx, needs torch 2.6
+    if harness.TORCH < (2, 6):  # step 3, which writes dual_residual_dynamo.onnx, needs torch 2.6
         if not os.path.isfile("dual_residual.onnx"):
-            raise harness.Skip("needs the model of step 3: dual_residual.onnx")
+            raise harness.Skip("needs the model of step 5: dual_residual.onnx")
         custom_nodes("dual_residual.onnx")
-        why = "the second model, dual_residual_dynamo.onnx, comes from step 6"
+        why = "the other model, dual_residual_dynamo.onnx, comes from step 3"
         raise harness.NeedsTorch("2.6", why)
-    models = ["dual_residual.onnx", "dual_residual_dynamo.onnx"]
+    models = ["dual_residual_dynamo.onnx", "dual_residual.onnx"]
     missing = [path for path in models if not os.path.isfile(path)]
     if missing:
-        raise harness.Skip(f"needs the models of steps 3 and 6: {', '.join(missing)}")
+        raise harness.Skip(f"needs the models of steps 3 and 5: {', '.join(missing)}")
     # region step7
-    for path in ["dual_residual.onnx", "dual_residual_dynamo.onnx"]:
+    for path in ["dual_residual_dynamo.onnx", "dual_residual.onnx"]:
         custom_nodes(path)
     # endregion
 
@@ -644,61 +668,68 @@ def step7_deploy():
 
 STEPS = (
     step1_build,
-    step2_reproduce,
-    step3_export_one_node,
-    step4_run,
-    step5_attributes,
-    step6_dynamo,
+    step2_fake_kernel,
+    step3_translation,
+    step4_legacy_op,
+    step5_symbolic,
+    step6_attributes,
     step7_deploy,
 )
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
-    3: ("dual_residual_untyped.onnx", "dual_residual.onnx"),
-    6: ("dual_residual_dynamo.onnx", "dual_residual_legacy_dynamo.onnx"),
+    3: ("dual_residual_dynamo.onnx",),
+    4: ("dual_residual_legacy_dynamo.onnx",),
+    5: ("dual_residual_untyped.onnx", "dual_residual.onnx"),
 }
 FAILURES = (
-    "failures/dual_residual.onnx",  # never written: the export fails (step 2)
-    "failures/foo.onnx",  # never written: the export fails (step 5)
-    "failures/foo_all_attributes.onnx",  # valid, but the Python stand-in cannot run it (step 5)
-    "failures/dual_residual_traced_through.onnx",  # right numbers, no custom node (step 6)
+    "failures/dual_residual_traced_through.onnx",  # right numbers, no custom node (step 4)
+    "failures/dual_residual.onnx",  # never written: the export fails (step 5)
+    "failures/foo.onnx",  # never written: the export fails (step 6)
+    "failures/foo_all_attributes.onnx",  # valid, but the Python stand-in cannot run it (step 6)
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
-    "ONNX export failed on an operator with unrecognized namespace": (
-        "dynamo=False",
-        "your C++ op (`cst::dual_residual`) has no symbolic: register one with "
-        "`register_custom_op_symbolic`",
+    "UnsupportedOperatorException'>: cst.dual_residual.default": (
+        "dynamo=True",
+        "a `TORCH_LIBRARY` op with no fake kernel: `torch.export` cannot trace it on fake "
+        "tensors; add `torch.library.register_fake`",
+        2,
+    ),
+    "UnsupportedOperatorException: cst.dual_residual.default": (
+        "dynamo=True",
+        "`torch.export.export` (step 1 of `dynamo=True`) on a `TORCH_LIBRARY` op with no fake "
+        "kernel: add `torch.library.register_fake`",
+        2,
+    ),
+    NO_TRANSLATION: (
+        "dynamo=True",
+        "the custom op has no ONNX translation: `dynamo=True` ignores symbolics; give it a "
+        "`custom_translation_table` entry",
+        3,
+    ),
+    "No schema registered for 'cstDualResidual' version '1' and domain 'rknn_cst'": (
+        "dynamo=True",
+        "`Opset(...).cstDualResidual` looks the node's schema up in ONNX's registry: build the "
+        "op with a local schema, `onnxscript.values.Op(opset, name, schema)`",
         3,
     ),
     "rknn_cst:cstDualResidual(-1) is not a registered function/op": (
         "ONNX Runtime",
         "the custom-domain node is meant for RKNN: ONNX Runtime has no kernel for it unless you "
         "register one",
+        3,
+    ),
+    "ONNX export failed on an operator with unrecognized namespace": (
+        "dynamo=False",
+        "your C++ op (`cst::dual_residual`) has no symbolic: register one with "
+        "`register_custom_op_symbolic`",
+        5,
     ),
     "unpack the ListConstruct node that is not a list of integers": (
         "dynamo=False",
         '`parse_args("fs")` on an op registered with `torch::RegisterOperators` (legacy): the '
         'traced float list stays a `prim::ListConstruct`; take it as `"v"` (or register the op '
         "with `TORCH_LIBRARY`)",
-    ),
-    "UnsupportedOperatorException'>: cst.dual_residual.default": (
-        "dynamo=True",
-        "a `TORCH_LIBRARY` op with no fake kernel: `torch.export` cannot trace it on fake "
-        "tensors; add `torch.library.register_fake`",
-    ),
-    "UnsupportedOperatorException: cst.dual_residual.default": (
-        "dynamo=True",
-        "`torch.export.export` (step 1 of `dynamo=True`) on a `TORCH_LIBRARY` op with no fake "
-        "kernel: add `torch.library.register_fake`",
-    ),
-    NO_TRANSLATION: (
-        "dynamo=True",
-        "the custom op has no ONNX translation: `dynamo=True` ignores symbolics; give it a "
-        "`custom_translation_table` entry",
-    ),
-    "No schema registered for 'cstDualResidual' version '1' and domain 'rknn_cst'": (
-        "dynamo=True",
-        "`Opset(...).cstDualResidual` looks the node's schema up in ONNX's registry: build the "
-        "op with a local schema, `onnxscript.values.Op(opset, name, schema)`",
+        6,
     ),
 }
 

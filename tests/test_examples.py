@@ -24,22 +24,12 @@ def first_code_line(block: str) -> str:
     return lines[0].strip()[:60] if lines else block.strip()[:60]
 
 
-def test_examples_are_found():
-    assert EXAMPLES, "no example folder (a top-level folder with a test.py) was found"
-
-
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_passes(example_run, name):
     result = example_run(name)
     assert result.returncode == 0, (
         f"{name} exited {result.returncode}; its output ends:\n{result.output[-4000:]}"
     )
-
-
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_example_folder_has_readme_and_test(name):
-    assert (ROOT / name / "README.md").is_file()
-    assert (ROOT / name / "test.py").is_file()
 
 
 HARNESS = (ROOT / "harness.py").read_text(encoding="utf-8")
@@ -74,91 +64,48 @@ def test_every_block_comes_from_test_py(name):
     assert not unused, f"{name}/test.py has regions no page shows: {sorted(unused)}"
 
 
-def bound_names(tree: ast.Module) -> dict[str, str]:
-    """name -> the module it is imported from (or the module itself), for the top-level imports of TREE,
-    those inside a try: included."""
-    names = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                names[alias.asname or alias.name.split(".")[0]] = alias.name
-        elif isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return names
-
-
-def test_page_code_never_imports_the_harness():
-    for name in EXAMPLES:
-        for blocks in page_parts(name):
-            assert "harness" not in bound_names(ast.parse("\n".join(blocks))), name
-
-
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_readme_blocks_are_whole_top_level_units(name):
-    """No block starts indented, and each parses on its own: a reader can paste it as it is."""
-    problems = []
-    for block in python_blocks(readme(name)):
-        if block[:1] in (" ", "\t"):
-            problems.append(f"starts indented: {first_code_line(block)!r}")
-            continue
-        try:
-            ast.parse(block)
-        except SyntaxError as exc:
-            problems.append(
-                f"does not parse alone ({exc.msg}, line {exc.lineno}): {first_code_line(block)!r}"
-            )
-    assert not problems, f"{name}/README.md: " + "; ".join(problems)
+def bound_names(tree: ast.Module) -> set[str]:
+    """The modules TREE imports from, its top-level imports and those inside a try: included."""
+    return {
+        alias.name if isinstance(node, ast.Import) else str(node.module)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
 
 
 def is_import(node: ast.stmt) -> bool:
     """An import, or a try: whose body is only imports (an optional package, with a fallback)."""
     if isinstance(node, ast.Import | ast.ImportFrom):
         return True
-    return isinstance(node, ast.Try) and all(
-        isinstance(n, ast.Import | ast.ImportFrom) for n in node.body
-    )
-
-
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_readme_first_block_is_the_imports(name):
-    """The first block of each page script (a page may hold a second one, for another environment)."""
-    for blocks in page_parts(name):
-        assert blocks, f"{name}/README.md has a page script with no python block"
-        others = [
-            ast.unparse(node).splitlines()[0]
-            for node in ast.parse(blocks[0]).body
-            if not is_import(node)
-        ]
-        assert not others, (
-            f"{name}/README.md: a page script's first block should hold only imports; also has {others}"
-        )
+    return isinstance(node, ast.Try) and all(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)
 
 
 # The one import a page makes after its first block: importing torch.utils.cpp_extension logs "No CUDA runtime
-# is found" on a machine with a CUDA toolkit and no GPU, so the page filters that message first (a quiet run,
-# issue 11) and imports right after the filter, in the block that builds its C++ (see Contributing).
+# is found" on a machine with a CUDA toolkit and no GPU, so the page filters that message first and imports right
+# after the filter, in the block that builds its C++ (see Contributing).
 LATE_IMPORT = "from torch.utils import cpp_extension"
 LATE_IMPORT_FILTER = 'logging.getLogger("torch.utils.cpp_extension").addFilter('
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_readme_imports_nothing_after_the_first_block_but_cpp_extension(name):
-    """Every import is in a page script's first block, except cpp_extension's, which follows its log filter."""
+def test_page_blocks_paste_as_a_script(name):
+    """Each block starts unindented and parses alone; a page script's first block holds only imports, a later one
+    imports nothing but cpp_extension (after its log filter); no block imports the harness."""
     for blocks in page_parts(name):
-        for block in blocks[1:]:
-            tree = ast.parse(block)
-            imports = [
-                ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
-            ]
-            assert imports in ([], [LATE_IMPORT]), (
-                f"{name}/README.md: a later block imports {imports}"
-            )
+        assert blocks, f"{name}/README.md has a page script with no python block"
+        for number, block in enumerate(blocks):
+            assert block[:1] not in (" ", "\t"), f"{name}: a block starts indented: {first_code_line(block)!r}"
+            tree = ast.parse(block)  # a SyntaxError names the block's line
+            assert "harness" not in bound_names(tree), f"{name}: page code imports harness"
+            if number == 0:
+                others = [ast.unparse(n).splitlines()[0] for n in tree.body if not is_import(n)]
+                assert not others, f"{name}: the first block should hold only imports; also has {others}"
+                continue
+            imports = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+            assert imports in ([], [LATE_IMPORT]), f"{name}/README.md: a later block imports {imports}"
             if imports:
-                before = block[: block.index(LATE_IMPORT)]
-                assert LATE_IMPORT_FILTER in before, (
-                    f"{name}/README.md: {LATE_IMPORT} without the filter before it"
-                )
+                assert LATE_IMPORT_FILTER in block[: block.index(LATE_IMPORT)], f"{name}: {LATE_IMPORT} unfiltered"
 
 
 def models_named(script: str) -> list[str]:

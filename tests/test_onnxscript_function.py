@@ -16,8 +16,10 @@ from onnx import AttributeProto
 from harness import opsets_of as opsets
 
 NAME = "onnxscript_function"
-# The tolerances the README states and test.py uses: see its steps 1, 3 and 4.
-SELU_MODELS = ["selu_function.onnx", "selu_dynamo_plain.onnx", "selu_dynamo_script_annotated.onnx"]
+# The tolerances the README states and test.py uses: see its steps 1, 3, 4 and 6.
+J0_MODELS = ["j0_dynamo_plain.onnx", "j0_dynamo_script.onnx", "j0_function.onnx"]
+J0_RTOL, J0_ATOL = 1e-6, 0
+SELU_MODELS = ["selu_function.onnx", "selu_function_inlined.onnx"]
 SELU_RTOL, SELU_ATOL = 1e-6, 1e-6
 SEEDS = range(20)
 
@@ -27,6 +29,27 @@ example = load_example(NAME)
 @pytest.fixture(scope="module")
 def run(example_run):
     return passed(example_run(NAME))
+
+
+def test_j0_function_is_in_the_model(run):
+    model = run.model("j0_function.onnx")
+    (node,), (function,) = model.graph.node, model.functions
+    expected = ("custom-onnx-script", "SphericalBesselJ0")
+    assert (node.domain, node.op_type) == expected and (function.domain, function.name) == expected
+    assert opsets(model) == {"": 18, "custom-onnx-script": 1} and opsets(function) == {"": 18}
+    assert {"Sin", "Div", "IsInf", "Equal", "Where"} <= {n.op_type for n in function.node}
+
+
+def test_dynamo_models_inline_the_function(run):
+    for filename in J0_MODELS[:2]:
+        model = run.model(filename)
+        ops = [node.op_type for node in model.graph.node]
+        assert not model.functions and ops == ["Sin", "Div", "IsInf", "Where", "Equal", "Where"], (filename, ops)
+
+
+def test_j0_is_not_an_onnx_op():
+    """The README's premise: ONNX has no operator for it (and has Selu, which step 4 writes as a function anyway)."""
+    assert not onnx.defs.has("SphericalBesselJ0") and onnx.defs.has("Selu")
 
 
 def test_selu_function_is_in_the_model(run):
@@ -52,10 +75,14 @@ def test_threshold_function_keeps_name_and_attributes(run):
 
 
 def test_dynamo_translations_name_their_parameter_as_the_aten_schema():
-    """torch 2.8 skips a custom translation whose parameter names differ from the op's schema (README step 4)."""
-    schema = [argument.name for argument in torch.ops.aten.selu.default._schema.arguments]
-    assert schema == ["self"]
-    for translation in (example.selu_translation, example.SeluScriptAnnotated.function, example.SeluScript.function):
+    """torch 2.8 matches a custom translation by the op schema's parameter names (README steps 1 and 2, Notes)."""
+    schema = [argument.name for argument in torch.ops.aten.special_spherical_bessel_j0.default._schema.arguments]
+    assert schema == ["x"]
+    for translation in (
+        example.j0_translation,
+        example.SphericalBesselJ0.function,
+        example.SphericalBesselJ0Unannotated.function,
+    ):
         assert list(inspect.signature(translation).parameters) == schema, translation.__name__
 
 
@@ -76,7 +103,26 @@ INPUTS = [*(x for seed in SEEDS for x in random_inputs(seed)), SPECIAL]
 
 def run_model(run, filename, x: np.ndarray) -> np.ndarray:
     session = ort.InferenceSession(str(run.out / filename), providers=["CPUExecutionProvider"])
-    return session.run(None, {"input": x})[0]
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+# Where j0 crosses 0: the float32 neighbours of k*pi, where sin(x) / x is tiny and only relative error counts
+K_PI = (np.arange(1, 2000) * np.pi).astype(np.float32)
+NEAR_ZEROS = np.concatenate([K_PI, np.nextafter(K_PI, np.float32(0)), np.nextafter(K_PI, np.float32(np.inf)), -K_PI])
+J0_INPUTS = [*INPUTS, *(np.resize(chunk, (2, 3, 16)) for chunk in np.array_split(NEAR_ZEROS, 125))]
+
+
+@pytest.mark.parametrize("filename", J0_MODELS)
+def test_j0_models_match_torch_on_random_and_special_inputs(run, filename):
+    largest = 0.0
+    for x in J0_INPUTS:
+        expected = torch.special.spherical_bessel_j0(torch.from_numpy(x)).numpy()
+        actual = run_model(run, filename, x)
+        np.testing.assert_allclose(actual, expected, rtol=J0_RTOL, atol=J0_ATOL, err_msg=filename)
+        nonzero = np.isfinite(expected) & (expected != 0)
+        relative = np.abs(actual[nonzero].astype(np.float64) - expected[nonzero]) / np.abs(expected[nonzero])
+        largest = max(largest, float(np.max(relative, initial=0.0)))
+    assert largest <= 2.5e-7, f"{filename}: largest relative difference {largest:.2e}, the README says 2.3e-7"
 
 
 @pytest.mark.parametrize("filename", SELU_MODELS)
@@ -109,14 +155,15 @@ def test_torch_selu_is_computed_with_expm1_near_zero():
     assert abs(float(as_the_function[0]) - float(with_expm1)) > 1e-7  # the cancellation the atol covers
 
 
-# ---- The unannotated @onnxscript.script translation (README step 4) ----
+# ---- The unannotated @onnxscript.script translation (README step 2) ----
 
 
 def test_script_function_outputs_come_from_its_return_annotation():
     """The README's first cause: torch builds the call's signature from the annotations only."""
     from torch.onnx._internal.exporter import _schemas
 
-    for function, count in [(example.SeluScript, 0), (example.SeluScriptAnnotated, 1)]:  # no `-> ...`: no output
+    # no `-> ...`: no output
+    for function, count in [(example.SphericalBesselJ0Unannotated, 0), (example.SphericalBesselJ0, 1)]:
         assert len(_schemas.op_signature_from_function(function, "custom-onnx-script", function.name).outputs) == count
 
 
@@ -130,13 +177,14 @@ def test_script_function_outputs_come_from_its_return_annotation():
 )
 def test_unannotated_script_translation_exports(tmp_path):
     try:
-        program = torch.onnx.export(torch.nn.SELU().eval(), (torch.randn(2, 3),), dynamo=True, verbose=False,
-                                    custom_translation_table={torch.ops.aten.selu.default: example.SeluScript})
+        table = {torch.ops.aten.special_spherical_bessel_j0.default: example.SphericalBesselJ0Unannotated}
+        program = torch.onnx.export(example.J0().eval(), (torch.randn(2, 3),), dynamo=True, verbose=False,
+                                    custom_translation_table=table)
     except onnx_ir.passes.PassError as error:
         cause = error.__cause__
         assert isinstance(cause, ValueError) and "The number of values and replacements must match" in str(cause), (
             f"a different PassError than the README describes: {error!r} caused by {cause!r}"
         )
         raise
-    program.save(tmp_path / "selu.onnx")
-    onnx.checker.check_model(onnx.load(str(tmp_path / "selu.onnx")), full_check=True)
+    program.save(tmp_path / "j0.onnx")
+    onnx.checker.check_model(onnx.load(str(tmp_path / "j0.onnx")), full_check=True)

@@ -91,11 +91,14 @@ def test_failures_write_only_the_ignored_registration_and_no_external_data(run):
 
 
 def test_the_symbolic_runs_by_default_and_not_under_dynamo(run):
-    """Steps 2 and 3 export with the default options and call the symbolic; step 4's exports never do."""
+    """Steps 5 and 6 export with the default options and call the symbolic; step 7's export, with the symbolic
+    still registered, never does (nor do steps 1 to 3's, before it is registered)."""
     by_number = {s.split(".", 1)[0]: s for s in run.output.split("\n== ")[1:]}
-    assert "prim::PythonOp __main__.MyClip, args ['x.1', -0.5]" in by_number["2"]
-    assert "prim::PythonOp __main__.MyClip, args ['x.1', 0.0]" in by_number["3"]
-    assert "prim::PythonOp" not in by_number["4"]
+    assert "prim::PythonOp __main__.MyClip, args ['x.1', -0.5]" in by_number["5"]
+    assert "prim::PythonOp __main__.MyClip, args ['x.1', 0.0]" in by_number["6"]
+    assert "symbolic registered: matches PyTorch exactly; ops Clip Clip Add" in by_number["7"]
+    for number in ("1", "2", "3", "7"):
+        assert "prim::PythonOp" not in by_number[number].split("\n", 1)[1], number  # below the step's title
     assert "Starting in PyTorch 2.9, the new torch.export-based ONNX exporter has become the default" in run.output
     assert "Torch IR graph at exception" not in run.output  # the exporter's dump is held back (harness.quiet)
 
@@ -107,9 +110,9 @@ def test_autograd_inlining_is_set_once_on_the_page():
 
 
 def test_every_step_runs_as_shown_on_the_pinned_torch(run):
-    """steps.json: all four steps run, none differs; `on torch X: ...` and `SKIP step N` only on older torch."""
+    """steps.json: all seven steps run, none differs; `on torch X: ...` and `SKIP step N` only on older torch."""
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert {n: s["status"] for n, s in summary["steps"].items()} == dict.fromkeys(("1", "2", "3", "4"), "runs")
+    assert {n: s["status"] for n, s in summary["steps"].items()} == dict.fromkeys(map(str, range(1, 8)), "runs")
     assert "\n  on torch " not in run.output and "SKIP" not in run.output
-    assert not list(run.out.glob("*.sarif"))  # only torch < 2.5's dynamo_export writes one, and step 4 skips there
+    assert not list(run.out.glob("*.sarif"))  # only torch < 2.5's dynamo_export writes one; those steps skip there

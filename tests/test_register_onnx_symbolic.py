@@ -1,5 +1,5 @@
 """What register_onnx_symbolic/test.py writes, and what one run cannot show: its tolerances on many inputs, the
-registry trap of step 6, the g.op and parse_args tables, the ops dynamo=True decomposes, its opset range, and that a
+registry trap of step 11, the g.op and parse_args tables, the ops dynamo=True decomposes, its opset range, and that a
 broken onnxruntime-extensions costs only the two steps that need it."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ MODELS = {  # each model: its nodes (domain.op_type), its opset imports, the att
     "threshold_dynamo.onnx": (["LessOrEqual", "Where"], {"": 20}, None),  # dynamo=True ignores registrations
     "asinh_dynamo.onnx": (["Asinh"], {"": 20}, None),
     "deform_conv2d_dynamo.onnx": (["DeformConv"], {"": 20}, DEFORM),
-    "threshold_custom_dynamo.onnx": (CUSTOM, DYNAMO, THRESHOLD),  # step 7's local schema
+    "threshold_custom_dynamo.onnx": (CUSTOM, DYNAMO, THRESHOLD),  # step 2's local schema
     "threshold_custom_dynamo_script.onnx": (CUSTOM, DYNAMO, THRESHOLD),  # and as @onnxscript.script
     "cdist_contrib.onnx": (["com.microsoft.CDist"], {"": 17, "com.microsoft": 1}, CDIST),
     "cdist_contrib_dynamo.onnx": (["com.microsoft.CDist"], {"": 20, "com.microsoft": 1}, CDIST),
@@ -107,13 +107,13 @@ def test_run_output(run):
 
 
 def test_every_step_runs_as_shown_on_the_pinned_torch(run):
-    """steps.json: all nine steps run, none differs; the version-specific lines and models only on older torch."""
+    """steps.json: all twelve steps run, none differs; the version-specific lines and models only on older torch."""
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 10)}
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 13)}
     assert "\n  on torch " not in run.output and "SKIP" not in run.output
     assert not (run.out / "failures" / "deform_conv2d_dynamo_opset18.onnx").exists()  # torch 2.6 to 2.8 only
-    assert not (run.out / "failures" / "cholesky_ex_dynamo.onnx").exists()  # torch 2.8 only (step 8)
+    assert not (run.out / "failures" / "cholesky_ex_dynamo.onnx").exists()  # torch 2.8 only (step 3)
     assert not list(run.out.glob("*.sarif"))  # a failed dynamo_export (torch 2.4) writes one; nothing here calls it
 
 
@@ -138,8 +138,8 @@ def deform_inputs(c_in: int):
 
 @pytest.mark.parametrize("c_in, seeds", [(4, SEEDS), (64, range(10)), (256, range(10))])
 def test_deform_conv_tolerance_holds_on_many_inputs(example, tmp_path, c_in, seeds):
-    """Step 6: ORT's DeformConv within 1e-5 of the largest output of torchvision's, whatever the order of the
-    float32 sums over C_in*k*k taps (bit for bit with test.py's 4 channels on the pinned stack, not with 64, 256)."""
+    """Step 11 (and step 1): ORT's DeformConv within 1e-5 of the largest output of torchvision's, whatever the
+    order of the float32 sums over C_in*k*k taps (with test.py's 4 channels, 64 or 256)."""
     torch.manual_seed(1000 + c_in)
     model = example.DeformConvModel().eval()
     names = ["x", "offset", "weight", "bias", "mask"]
@@ -160,7 +160,7 @@ def test_deform_conv_tolerance_holds_on_many_inputs(example, tmp_path, c_in, see
 
 
 def test_elu_override_and_asinh_tolerances_hold_on_many_inputs(example, tmp_path):
-    """Steps 3 and 4: rtol=1e-5, atol=1e-6 for the ELU override and for Asinh, on 20 inputs each."""
+    """Steps 8 and 9: rtol=1e-5, atol=1e-6 for the ELU override and for Asinh, on 20 inputs each."""
     elu = torch.nn.ELU(alpha=0.5).eval()
     example.register_custom_op_symbolic("aten::elu", example.elu_from_primitives, 12)
     try:
@@ -180,7 +180,7 @@ def test_elu_override_and_asinh_tolerances_hold_on_many_inputs(example, tmp_path
 
 @pytest.mark.parametrize("n", [4, 8])
 def test_cholesky_tolerance_holds_on_many_inputs(example, tmp_path, n):
-    """Step 8: rtol=1e-5, atol=1e-5 against LAPACK on 20 batches of x @ x.T + n*I; not positive definite: NaN."""
+    """Step 3: rtol=1e-5, atol=1e-5 against LAPACK on 20 batches of x @ x.T + n*I; not positive definite: NaN."""
     model = example.CholeskyModel().eval()
     path = tmp_path / f"cholesky{n}.onnx"
     table = {torch.ops.aten.linalg_cholesky.default: example.cholesky_translation}
@@ -210,8 +210,8 @@ def test_cholesky_tolerance_holds_on_many_inputs(example, tmp_path, n):
     "rows1, rows2, k, scale", [(5, 7, 3, 1.0), (5, 7, 3, 100.0), (20, 20, 64, 1.0), (30, 40, 256, 10.0)]
 )
 def test_cdist_tolerance_holds_on_many_inputs(example, tmp_path, rows1, rows2, k, scale):
-    """Step 9: ORT's CDist against torch.cdist within cdist_tolerance(), on 20 inputs each, with a row of x2 equal
-    to a row of x1 (distance 0) and another 1e-3 * scale away."""
+    """Steps 4 and 12: ORT's CDist against torch.cdist within cdist_tolerance(), on 20 inputs each, with a row of x2
+    equal to a row of x1 (distance 0) and another 1e-3 * scale away."""
     example.register_custom_op_symbolic("aten::cdist", example.cdist_contrib, 9)
     model = example.CDistModel().eval()
     session = export_and_session(
@@ -236,7 +236,7 @@ def test_cdist_tolerance_holds_on_many_inputs(example, tmp_path, rows1, rows2, k
 
 
 def test_g_op_suffix_table(example, tmp_path):
-    """Step 1's table: torch's attribute-name pattern, and the ONNX type each suffix writes."""
+    """Step 5's table: torch's attribute-name pattern, and the ONNX type each suffix writes."""
     from torch.onnx._internal.torchscript_exporter import jit_utils
 
     assert jit_utils._ATTR_PATTERN.pattern == "^(.+)_(([ifstgz])|(ty))$"
@@ -275,7 +275,7 @@ def test_g_op_suffix_table(example, tmp_path):
 
 
 def test_parse_args_lists():
-    """Step 1's table: "is" unpacks a list node of constants, "fs" only a constant."""
+    """Step 5's table: "is" unpacks a list node of constants, "fs" only a constant."""
     from torch.onnx._internal.torchscript_exporter import symbolic_helper
 
     graph = torch._C.Graph()
@@ -295,7 +295,7 @@ def test_parse_args_lists():
     assert symbolic_helper._parse_arg(constant.output(), "fs") == [0.5, 2.0]
 
 
-DECOMPOSED = {  # step 8's list: what a call reaches the dynamo=True exporter as
+DECOMPOSED = {  # step 3's list: what a call reaches the dynamo=True exporter as
     "linalg.solve": (lambda torch, a: torch.linalg.solve(a, a[..., :1]), "aten._linalg_solve_ex"),
     "linalg.slogdet": (lambda torch, a: torch.linalg.slogdet(a)[1], "aten._linalg_slogdet"),
     "special.i0": (lambda torch, a: torch.special.i0(a), "prims.bessel_i0"),
@@ -323,7 +323,7 @@ def test_dynamo_names_the_decomposed_op(call):
 
 
 def test_cdist_with_more_than_25_rows_exports(example):
-    """Step 9: past 25 rows torch.cdist takes the matrix-product path, which dynamo=True exports with standard ops."""
+    """Step 4: past 25 rows torch.cdist takes the matrix-product path, which dynamo=True exports with standard ops."""
     inputs = (torch.randn(30, 3), torch.randn(7, 3))
     program = torch.onnx.export(example.CDistModel().eval(), inputs, dynamo=True, verbose=False)
     ops = [n.op_type for n in program.model_proto.graph.node]
@@ -354,7 +354,7 @@ def run_python(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_unregistering_the_only_symbolic_breaks_the_next_export(tmp_path):
-    """Step 6: why the page replaces the placeholder instead of unregistering it."""
+    """Step 11: why the page replaces the placeholder instead of unregistering it."""
     output = run_python("-c", textwrap.dedent(f"""
         import importlib.util, sys, warnings
         warnings.simplefilter("ignore")
@@ -374,8 +374,8 @@ def test_unregistering_the_only_symbolic_breaks_the_next_export(tmp_path):
     assert "ValueError: min() arg is an empty sequence" in output, output[-3000:]
 
 
-def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
-    """The optional package's import fails: every step runs, only 1 and 7 report a skip."""
+def test_a_broken_onnxruntime_extensions_skips_only_steps_2_and_5(tmp_path):
+    """The optional package's import fails: every step runs, only 2 and 5 report a skip."""
     fake = tmp_path / "site" / "onnxruntime_extensions"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
@@ -385,9 +385,9 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
     assert result.returncode == 77, output[-4000:]
     reason = "onnxruntime-extensions cannot be imported (ImportError: broken on purpose)"
     reason += ": pip install onnxruntime-extensions"
-    assert f"SKIP step 1: {reason}" in output and f"SKIP step 7: {reason}" in output, output[-4000:]
-    assert "SKIP step 2" not in output and "\nFAIL:" not in output, output[-4000:]
-    assert all(f"== {number}. " in output for number in range(1, 10))
+    assert f"SKIP step 2: {reason}" in output and f"SKIP step 5: {reason}" in output, output[-4000:]
+    assert "SKIP step 1" not in output and "\nFAIL:" not in output, output[-4000:]
+    assert all(f"== {number}. " in output for number in range(1, 13))
     # What runs without the package still ran: the models are there, the plain ORT ones compared.
     for name in ["threshold_custom", "threshold_standard", "deform_conv2d", "threshold_custom_dynamo"]:
         assert (out / f"{name}.onnx").is_file(), name
@@ -395,4 +395,4 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_1_and_7(tmp_path):
     assert "threshold_custom.onnx: matches PyTorch" not in output
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     statuses = {n: s["status"] for n, s in summary["steps"].items()}
-    assert statuses == {**{str(n): "runs" for n in range(1, 10)}, "1": "skipped", "7": "skipped"}, statuses
+    assert statuses == {**{str(n): "runs" for n in range(1, 13)}, "2": "skipped", "5": "skipped"}, statuses
