@@ -81,11 +81,10 @@ def verdict(text: str, word: str) -> str:
 
 
 def stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the example's process group, SIGKILL to what is left of it after a grace (at once on another
-    Ctrl-C); nothing once the group is empty. A zombie counts: where pid 1 reaps no orphans, it waits the grace."""
-    signals_before = len(STOP)
-    for signum, grace in ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, 2)):  # SIGKILL: till they are gone
-        deadline = time.monotonic() + grace
+    """SIGTERM to the example's process group, SIGKILL to what is left after a grace (at once on another Ctrl-C),
+    then a wait until the group is empty. A zombie counts: where pid 1 reaps no orphans, each wait runs out."""
+    signals_before, stages = len(STOP), ((signal.SIGTERM, GRACE_SECONDS), (signal.SIGKILL, 2))  # then: till gone
+    for signum, deadline in ((signum, time.monotonic() + grace) for signum, grace in stages):
         try:
             os.killpg(proc.pid, signum)  # start_new_session: the group's id is the example's pid
             while time.monotonic() < deadline and (signum == signal.SIGKILL or len(STOP) == signals_before):
