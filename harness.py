@@ -355,12 +355,12 @@ def _names_the_cause(line: str) -> bool:
 
 
 def _unexpected(exc: BaseException) -> str:
-    """An unexpected error, without its traceback: the first line of its message that names the
+    """An unexpected error, without its traceback or colour codes: the first line of its message that names the
     cause (OpenVINO's messages start with a line that only says where the error was raised), then
     the message's other lines, that first one too, so nothing is lost; of a message of many lines
     (a failed C++ build's: the command, then the compiler's output), the last TAIL, where the
     compiler says what went wrong (a missing header, a full disk)."""
-    lines = str(exc).strip().splitlines() or [""]
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines() or [""]  # no colour codes
     cause = next((i for i, line in enumerate(lines) if _names_the_cause(line)), 0)
     rest = lines[:cause] + lines[cause + 1 :]
     shown = ["  " + line for line in rest[-TAIL:]]

@@ -29,7 +29,7 @@ from page_helpers import expect_error  # the page's helpers, written once
 
 # Each page script's imports, word for word (a pasted script starts with them) -----------------
 
-if IN_RKNN:  # the second script's (README: "In the RKNN environment"), and its helper
+if IN_RKNN:  # the second script's (README: "In the RKNN environment")
     # region rknn_imports
     import contextlib
     import glob
@@ -40,27 +40,7 @@ if IN_RKNN:  # the second script's (README: "In the RKNN environment"), and its 
     from rknn.api import RKNN
     from rknn.api.custom_op import get_node_attr
     # endregion
-
-    @contextlib.contextmanager
-    def expect_error(expected):
-        """The code inside must fail with `expected` in its message: print the error and go on."""
-        try:
-            yield
-        except Exception as error:  # noqa: BLE001 - showing what the reader would see is the point
-            message = f"{type(error).__name__}: {error}"
-            cause = error.__cause__
-            while cause is not None:  # a wrapped error: its cause often names the real problem
-                message += f"\n{type(cause).__name__}: {cause}"
-                cause = cause.__cause__
-            message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # some errors colour their text
-            if expected not in message:
-                raise
-            lines = [line.strip() for line in message.splitlines() if line.strip()]
-            print("  reproduced:", lines[0])
-            if expected not in lines[0]:  # the line that names the cause is further down
-                print("  reproduced, further down:", [x for x in lines if expected in x][0])
-        else:
-            raise AssertionError(f"expected an error containing {expected!r}, but the code ran")
+    # expect_error: page_helpers', imported above (this page's second script pastes it too)
 else:  # the first script's (the main environment)
     # region imports
     import os

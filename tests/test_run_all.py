@@ -279,6 +279,8 @@ def test_an_unexpected_error_is_named_by_the_line_that_says_what_went_wrong():
     places = "Exception from a.cpp:1:"  # a message of places only keeps its first line
     assert fail_line(RuntimeError(places)) == f"unexpected RuntimeError: {places}"
     assert fail_line(KeyError("x")) == "unexpected KeyError: 'x'"
+    coloured = "Failed. \x1b[96mThis is step 1/3\x1b[0m of exporting"  # torch.onnx's TorchExportError
+    assert fail_line(RuntimeError(coloured)) == "unexpected RuntimeError: Failed. This is step 1/3 of exporting"
 
 
 @pytest.mark.parametrize("under_ninja", [False, True], ids=["grandchild ignoring SIGTERM", "grandchild under ninja"])
