@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import contextlib
 import ctypes
 import json
@@ -33,12 +34,51 @@ import sys
 import sysconfig
 import tempfile
 import textwrap
+import threading
 import traceback
 import warnings
 
-import numpy as np
-import onnx
-import torch
+
+class _StderrWatch:
+    """From here on, what reaches file descriptor 2 (Python's warnings, C++ code, child processes)
+    still goes to the terminal, and stop() returns it: steps.json keeps it, and a run that wrote
+    anything there fails run_stacks.py and the suite (what no page explains)."""
+
+    def __init__(self) -> None:
+        sys.stderr.flush()
+        self.chunks: list[bytes] = []
+        self.terminal = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self.thread = threading.Thread(target=self._pump, args=(read,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, read: int) -> None:
+        while chunk := os.read(read, 65536):
+            self.chunks.append(chunk)
+            os.write(self.terminal, chunk)
+        os.close(read)
+
+    def stop(self) -> str:
+        if self.terminal is not None:
+            sys.stderr.flush()
+            os.dup2(self.terminal, 2)  # the pipe's last write end closes: the pump sees its end
+            self.thread.join(timeout=10)
+            os.close(self.terminal)
+            self.terminal = None
+        return b"".join(self.chunks).decode(errors="replace")
+
+
+# A test.py's stderr from its first import on (torch's and NumPy's import-time warnings included).
+_WATCH = _StderrWatch() if pathlib.Path(sys.argv[0]).name == "test.py" else None
+if _WATCH is not None:
+    atexit.register(_WATCH.stop)  # what is still in the pipe reaches the terminal
+
+import numpy as np  # noqa: E402, I001 - after the watch starts
+import onnx  # noqa: E402
+import torch  # noqa: E402
+
 
 ROOT = pathlib.Path(__file__).resolve().parent
 TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])  # e.g. (2, 14)
@@ -130,6 +170,7 @@ def run(
     _STATUS.clear()
     skipped: list[str] = []
     home = os.getcwd()
+    stderr = _WATCH or _StderrWatch()
     os.chdir(out)  # the lesson's code writes "x.onnx" and "failures/x.onnx", as the README does
     try:
         torch.manual_seed(0)
@@ -155,7 +196,7 @@ def run(
         return 1
     finally:
         os.chdir(home)
-        summary_problem = write_summary(out / summary)
+        summary_problem = write_summary(out / summary, {"stderr": stderr.stop()})
     if summary_problem:
         print(f"\nFAIL: cannot write models under {out}: {summary_problem}")
         return 1
@@ -168,6 +209,9 @@ def run(
         print(f"\nSKIP: {'; '.join(skipped)}")
         return SKIP
     ran = [n for n, s in _STATUS.items() if s["status"] in ("runs", "differs")]
+    if not ran:
+        print(f"\nSKIP: no step runs on torch {torch.__version__.split('+')[0]} (each says why above)")
+        return SKIP
     missing = [m for n in ran for m in kept.get(n, ()) if not (out / m).is_file()]
     if missing:
         print(f"\nFAIL: these models were not written: {', '.join(missing)}")
@@ -224,6 +268,14 @@ def _run_step(number: int, step, causes: dict) -> str:
     except NeedsTorch as reason:
         print(f"SKIP step {number}: {reason}")
         _STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
+    except TypeError as error:
+        if TORCH >= (2, 4) or "unexpected keyword argument 'dynamo'" not in str(error):
+            raise
+        # torch 2.2 and 2.3: the TorchScript exporter is torch.onnx.export's only one, and the
+        # pages' calls say dynamo=False, an argument it does not know yet (delete it there)
+        reason = NeedsTorch("2.4", "torch.onnx.export has no dynamo= argument before 2.4")
+        print(f"SKIP step {number}: {reason}")
+        _STATUS[number].update(status="needs torch >= 2.4", why=reason.why)
     except Skip as reason:
         print(f"SKIP step {number}: {reason}")
         _STATUS[number].update(status="skipped", why=str(reason))
@@ -239,7 +291,7 @@ def _run_step(number: int, step, causes: dict) -> str:
 
 def _record_reproduced(number: int, printed: str, causes: dict) -> None:
     """Note each error the step reproduced (expect_error's `reproduced:` lines) with the cause
-    CAUSES gives, in steps.json; `python run_stacks.py --write-table` writes ERRORS.md from them."""
+    CAUSES gives, in steps.json; `python run_stacks.py` writes ERRORS.md from them."""
     entries = []
     for line in printed.splitlines():
         if line.startswith("  reproduced: "):
@@ -281,10 +333,13 @@ def merge_summary(path: pathlib.Path) -> None:
 def _quiet_the_libraries() -> None:
     """What every example holds back, each said once in the pages: the DeprecationWarning of
     every dynamo=False export, ONNX Runtime's log of a session that failed (expect_error prints
-    the error itself), torch 2.8's 'Missing annotation for parameter' log."""
+    the error itself), torch 2.8's 'Missing annotation for parameter' log, and release noise
+    (README.md, "Your torch version")."""
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
     warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
     warnings.filterwarnings("ignore", message=".*The feature will be removed.*")
+    # Release noise: torch 2.11's pytree warns from copyreg each time an exported program is copied.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     logging.getLogger("torch.onnx._internal.exporter._schemas").setLevel(logging.ERROR)
     with contextlib.suppress(ImportError):
         import onnxruntime

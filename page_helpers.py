@@ -1,15 +1,35 @@
 """The helpers the pages paste and every test.py imports: written once, here.
 
-A page shows them through `include(..., source="page_helpers.py")` (see pages.py), so a pasted
-page defines them itself; a test.py imports them (`from page_helpers import expect_error`).
+A page's first block is region `imports` here (what every page imports) and then the folder's own;
+a page shows the helpers through `include(..., source="page_helpers.py")` (see pages.py), so a
+pasted page defines them itself. A test.py takes all of it with `from page_helpers import *`.
 """
 
+# region imports
 import contextlib
+import os
 import re
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import torch
+from torch.onnx import register_custom_op_symbolic
+from torch.onnx.symbolic_helper import parse_args
+
+try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
+    from torch.onnx.testing import assert_onnx_program
+except ImportError:
+    try:
+        from torch.onnx._internal.exporter._testing import assert_onnx_program
+    except ImportError:  # torch < 2.6: no dynamo=True step runs
+        assert_onnx_program = None
+
+try:  # custom nodes run in ONNX Runtime with Python kernels from it
+    from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+except ImportError:  # pip install onnxruntime-extensions
+    onnx_op = None
+# endregion
 
 
 # region expect_error
@@ -41,6 +61,21 @@ def run_ort(path, feeds, options=None):
     """Run a model file in ONNX Runtime on the CPU; `options` registers custom-op libraries."""
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
+# endregion
+
+
+# region ortx
+def ortx_options():
+    """SessionOptions that load onnxruntime-extensions' library, where the @onnx_op kernels live."""
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    return options
+
+
+def ortx_session(model):
+    """An ONNX Runtime session with those kernels: `initialize_inference_session(ortx_session)`
+    lets assert_onnx_program run an exported program that has custom nodes."""
+    return ort.InferenceSession(model, ortx_options(), providers=["CPUExecutionProvider"])
 # endregion
 
 

@@ -12,7 +12,8 @@ It runs cog (https://cog.readthedocs.io) over every README*.md. In a page,
     <!-- {{{end}}} -->
 
 holds region NAME of the folder's test.py (`# region NAME` ... `# endregion`), dedented, as a
-python block; include("NAME", source="recipe.py") takes it from that file of the repository.
+python block; include("NAME", source="recipe.py") takes it from that file of the repository, and
+include("page_helpers.py:imports", "imports") joins two files' regions.
 `output()` holds what `python test.py` prints, long lines cut at ` ...` and what differs from run
 to run elided (VARIES); `--check` keeps those as they are (tests/ checks them against a run).
 """
@@ -59,12 +60,15 @@ def include(*names: str, source: str | None = None) -> None:
 
     page = pathlib.Path(cog.inFile).resolve()
     path = ROOT / source if source else page.parent / "test.py"
-    found = regions(path)
-    missing = [name for name in names if name not in found]
-    assert not missing, f"{page}: {path.name} has no region {missing}"
-    code = found[names[0]]
-    for name in names[1:]:  # PEP 8's two blank lines before a definition, one otherwise
-        code += ("\n\n\n" if re.match(r"(def|class|@) ?", found[name]) else "\n\n") + found[name]
+    parts = []
+    for name in names:  # FILE:NAME takes the region from that file of the repository
+        file, _, region = name.rpartition(":")
+        found = regions(ROOT / file if file else path)
+        assert region in found, f"{page}: {file or path.name} has no region {region}"
+        parts.append(found[region])
+    code = parts[0]
+    for part in parts[1:]:  # PEP 8's two blank lines before a definition, one otherwise
+        code += ("\n\n\n" if re.match(r"(def|class|@) ?", part) else "\n\n") + part
     cog.outl(f"\n```python\n{code}\n```\n")  # blank lines: a fence stands apart from the markers
 
 

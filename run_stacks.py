@@ -1,50 +1,66 @@
-"""Run every example on each torch stack the repository supports; keep README.md's version table and ERRORS.md.
+"""Every example on every torch minor release from 2.2 to 2.15; the version table and ERRORS.md.
 
-A stack is one set of pinned packages: `requirements.txt` (torch 2.14.1, the default path) or a
-file under `stacks/` (the same pins with another torch and torchvision: 2.4.1, 2.8.0, 2.15.0). Each
-stack gets its own virtual environment, `.venv-STACK` beside this file (git-ignored), built on first
-use. `run_all.py` then runs every example with that environment's python, each writing `steps.json`
-(what each step did on that torch) beside its models under `.stacks/STACK/NAME/`.
+A stack is one file of pins: `requirements.txt` (torch 2.14.1, the default) or `stacks/torch-X.Y.txt`
+(the same pins with that line's newest torch and its torchvision). Each gets a virtual environment,
+`.venv-STACK` (git-ignored), in which `run_all.py` runs the examples; each example writes
+`steps.json`, what each step did on that torch. `stacks/matrix.json` keeps, per stack and example,
+those steps and what the run was produced from (a hash of the example's code, harness.py,
+page_helpers.py and the stack's pins); README.md's version table and ERRORS.md are written from it.
 
-    python run_stacks.py                          # every stack: build what is missing, run every example
-    python run_stacks.py torch-2.8                # one stack
-    python run_stacks.py --python torch-2.14=.venv/bin/python   # use an interpreter you already have
-    python run_stacks.py --write-table            # then rewrite README.md's table and ERRORS.md from all runs
-    python run_stacks.py --no-run --write-table   # rewrite them from the last runs (under .stacks/) only
-    python run_stacks.py torch-2.4 --check-table  # fail when README.md's column or ERRORS.md differ for a stack
-    python run_stacks.py --build-only torch-2.15  # build an environment, run nothing
+    python run_stacks.py              # every stack: build, run, record, write the table (about 1 h)
+    python run_stacks.py torch-2.8    # one stack (the examples it runs: --examples NAME ...)
+    python run_stacks.py --stale      # only the cells whose code changed since they were recorded
+    python run_stacks.py --ci         # CI: the oldest, RKNN's and the newest stack, and every stale
+                                      # cell; fail where a run differs from its cell; record nothing
+    python run_stacks.py --check      # run nothing: the table and ERRORS.md say what matrix.json says
+    python run_stacks.py --no-run     # run nothing: write them from matrix.json
+    python run_stacks.py --build-only torch-2.2                   # build an environment, run nothing
+    python run_stacks.py --python torch-2.14=.venv/bin/python     # use an interpreter you have
 
-ERRORS.md lists every error the examples reproduce (each example records them in its steps.json), with the
-torch versions that reproduced it: --write-table needs a run of every stack.
-
-Exit status: 0 when every example passed on every stack run (and the table matched, with
---check-table), 1 otherwise, 2 for a bad command line.
+An environment built by a run is removed after it (about 6 GB each; --keep keeps them), and the
+next stack's is built while one runs when the disk has room. The pinned stack's cells are checked
+by the test suite, which runs every example on it. Exit status: 0 when every run passed quietly
+(nothing on stderr) and, with --ci or --check, agreed with matrix.json; 1 otherwise; 2 for a bad
+command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent
-STACKS = {  # name -> the requirements file that pins it (requirements.txt: the default stack)
-    "torch-2.4": "stacks/torch-2.4.txt",
-    "torch-2.8": "stacks/torch-2.8.txt",
-    "torch-2.14": "requirements.txt",
-    "torch-2.15": "stacks/torch-2.15.txt",
-}
-RESULTS = ROOT / ".stacks"
-TABLE_BEGIN = (
-    "<!-- version table: written by `python run_stacks.py --write-table`; do not edit by hand -->"
-)
-TABLE_END = "<!-- end of version table -->"
+PINNED = "torch-2.14"
+CI_STACKS = ("torch-2.2", "torch-2.4", "torch-2.15")  # the oldest, RKNN-Toolkit2's, the newest
+
+
+def _stacks() -> dict[str, str]:
+    """name -> the requirements file that pins it, oldest torch first."""
+    files = {p.stem: f"stacks/{p.name}" for p in (ROOT / "stacks").glob("torch-*.txt")}
+    files[PINNED] = "requirements.txt"
+    return dict(sorted(files.items(), key=lambda item: minor(item[0])))
+
+
+def minor(stack: str) -> tuple[int, int]:
+    major, minor_ = stack.removeprefix("torch-").split(".")
+    return int(major), int(minor_)
+
+
+STACKS = _stacks()
+MATRIX = ROOT / "stacks" / "matrix.json"
+RESULTS = ROOT / ".stacks"  # each run's output: .stacks/STACK/NAME/ (models, steps.json)
 ERRORS = ROOT / "ERRORS.md"
+TABLE_BEGIN = "<!-- version table: written by `python run_stacks.py` from stacks/matrix.json -->"
+TABLE_END = "<!-- end of version table -->"
 RAISED_BY = {  # what raises an error (CAUSES in each test.py) -> its section of ERRORS.md, in this order
     "dynamo=False": "`torch.onnx.export(..., dynamo=False)`: the TorchScript-based exporter",
     "dynamo=True": "`torch.onnx.export(..., dynamo=True)`, and `torch.export.export`, its first step",
@@ -64,69 +80,119 @@ for `is not supported`, `unrecognized namespace`, `Couldn't export Python operat
 function found for`, `No schema registered for`, `no fake impl`, `is not a registered function/op`,
 `No opset import for domain`, `No conversion rule found`, and so on. Each entry gives the message as
 an example printed it (when its first line is generic, such as `ConversionError: Failed to convert
-the exported program ...`, also the line further down that names the cause), the torch versions on
-which it was reproduced word for word, its cause, and the step that fixes it. `[Caused by ...]` tails
-and memory addresses are cut. Warnings and silent failures, which raise nothing, are in each folder's
-"Errors this folder fixes" and in the README's [Start here](README.md#start-here).
+the exported program ...`, also the line further down that names the cause), the torch releases on
+which it was reproduced word for word, its cause, and the step that fixes it. `[Caused by ...]`
+tails and memory addresses are cut. Warnings and silent failures, which raise nothing, are in each
+folder's "Errors this folder fixes" and in the README's [Start here](README.md#start-here).
 
-Written by `python run_stacks.py --write-table` from what the examples reproduced on each torch (each
-`test.py` records what its `expect_error` printed, with the cause its `CAUSES` gives); do not edit by
-hand: CI and the test suite fail while this page differs from what the examples reproduce.
+Written by `python run_stacks.py` from [stacks/matrix.json](stacks/matrix.json), what the examples
+reproduced on each torch (each `test.py` records what its `expect_error` printed, with the cause
+its `CAUSES` gives); do not edit by hand: the test suite fails while this page differs from it.
 """
 
 
+# ---------------------------------------------------------------------------------------------
+# Environments and runs
+# ---------------------------------------------------------------------------------------------
+
+
+def free_gb() -> float:
+    return shutil.disk_usage(ROOT).free / 2**30
+
+
 def environment(stack: str) -> pathlib.Path:
-    """The python of STACK's environment, built from its requirements file if it is not there yet."""
+    """The python of STACK's environment, built from its requirements file if it is not there."""
     python = ROOT / f".venv-{stack}" / "bin" / "python"
-    if python.exists():
+    venv = python.parent.parent
+    if (venv / "installed").exists():  # written once pip has installed every pin
         return python
-    print(
-        f"building .venv-{stack} from {STACKS[stack]} (a few GB to download, a few minutes)",
-        flush=True,
-    )
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
-    log = python.parent.parent / "pip-install.log"
-    # The stack's file pins every package: a machine-wide pip constraint file (a CI image may cap
-    # torch at the release it caches) must not choose another version, so this one call has none.
-    # The downloads land in pip's cache, which the stacks share (onnx, onnxruntime, numpy, ...).
-    env = {**os.environ, "PIP_CONSTRAINT": os.devnull}
+    shutil.rmtree(venv, ignore_errors=True)  # a half-built one
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    log = venv / "pip-install.log"
+    # The stack's file pins every package: a machine-wide constraint file (a CI image may cap torch
+    # at the release it caches) must not choose another version, nor a machine's find-links: PEP 440
+    # ranks a local build such as 2.13.0+cpu above the index's 2.13.0, and the index's torchvision
+    # does not import beside it.
+    empty = venv / "no-find-links"
+    empty.mkdir(exist_ok=True)
+    env = {**os.environ, "PIP_CONSTRAINT": os.devnull, "PIP_FIND_LINKS": str(empty)}
     with log.open("w") as sink:
-        install = subprocess.run(
-            [str(python), "-m", "pip", "install", "-r", str(ROOT / STACKS[stack])],
-            stdout=sink,
-            stderr=sink,
-            env=env,
-        )
+        command = [str(python), "-m", "pip", "install", "-r", str(ROOT / STACKS[stack])]
+        install = subprocess.run(command, stdout=sink, stderr=sink, env=env)
     if install.returncode != 0:
         print(log.read_text(errors="replace")[-4000:])
-        python.unlink()  # so the next run tries again rather than using a half-built environment
         raise SystemExit(f"installing {STACKS[stack]} failed (log: {log})")
-    print(f"built .venv-{stack} in {time.monotonic() - start:.0f} s", flush=True)
+    (venv / "installed").touch()
+    print(f"  built .venv-{stack} in {time.monotonic() - start:.0f} s", flush=True)
     return python
 
 
-def run_stack(stack: str, python: pathlib.Path, names: list[str]) -> int:
-    out = RESULTS / stack
-    version = subprocess.run(
-        [str(python), "-c", "import torch; print(torch.__version__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    print(f"\n=== {stack}: torch {version} ({python}) ===", flush=True)
+def run_examples(stack: str, python: pathlib.Path, names: list[str]) -> int:
+    """run_all.py with STACK's python: each example's output under .stacks/STACK/NAME/."""
     env = dict(os.environ)
-    if env.get("TORCH_EXTENSIONS_DIR"):
-        # torch versions cannot share C++ builds: torch 2.14 and 2.15 leave a 'lock' file in the
-        # build folder (an OS lock), and torch 2.4 and 2.8 wait forever for that file to go. Left
-        # unset, torch's default already separates them (~/.cache/torch_extensions/py311_cu121...).
-        env["TORCH_EXTENSIONS_DIR"] = str(pathlib.Path(env["TORCH_EXTENSIONS_DIR"]) / stack)
-    command = [str(python), str(ROOT / "run_all.py"), "--out", str(out), *names]
+    # torch versions cannot share C++ builds: torch >= 2.14 leaves a 'lock' file in the build folder
+    # (an OS lock), and torch <= 2.8 waits forever for that file to go.
+    base = env.get("TORCH_EXTENSIONS_DIR") or str(pathlib.Path.home() / ".cache/torch_extensions")
+    env["TORCH_EXTENSIONS_DIR"] = str(pathlib.Path(base) / stack)
+    shutil.rmtree(RESULTS / stack, ignore_errors=True)
+    command = [str(python), str(ROOT / "run_all.py"), "--out", str(RESULTS / stack), *names]
     return subprocess.run(command, cwd=ROOT, env=env).returncode
 
 
+def inputs(stack: str, name: str) -> str:
+    """What a cell is produced from: a hash of NAME's code, the harness, the pages' helpers and
+    STACK's pins (a change to any of them makes the cell stale)."""
+    files = sorted((ROOT / name).glob("*.py")) + sorted((ROOT / name).glob("*.txt"))
+    files += [ROOT / "harness.py", ROOT / "page_helpers.py", ROOT / STACKS[stack]]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def record(stack: str, name: str, path: pathlib.Path | None = None, made_from: str = "") -> dict | None:
+    """The cell of a run (its steps.json, by default under .stacks/): what each step did, without
+    the titles (the pages have them), and MADE_FROM, the inputs() the run started from."""
+    path = path or RESULTS / stack / name / "steps.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    steps = {n: {k: v for k, v in s.items() if k != "title"} for n, s in summary["steps"].items()}
+    return {"from": made_from or inputs(stack, name), "torch": summary["torch"], "steps": steps}
+
+
+def noise(stack: str, name: str) -> str:
+    """What a run wrote to stderr (steps.json keeps it): a passing run writes nothing there."""
+    path = RESULTS / stack / name / "steps.json"
+    if not path.is_file():
+        return ""
+    return json.loads(path.read_text(encoding="utf-8")).get("stderr", "").strip()
+
+
+def load_matrix() -> dict[str, dict[str, dict]]:
+    if not MATRIX.is_file():
+        return {}
+    return json.loads(MATRIX.read_text(encoding="utf-8"))
+
+
+def save_matrix(matrix: dict[str, dict[str, dict]]) -> None:
+    ordered = {s: dict(sorted(matrix[s].items())) for s in STACKS if s in matrix}
+    MATRIX.write_text(json.dumps(ordered, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def stale(matrix: dict, stack: str) -> list[str]:
+    """The examples whose cell on STACK is missing or was produced from other code."""
+    cells = matrix.get(stack, {})
+    return [n for n in examples() if n not in cells or cells[n]["from"] != inputs(stack, n)]
+
+
+def facts(cell: dict | None) -> dict | None:
+    return None if cell is None else {k: v for k, v in cell.items() if k != "from"}
+
+
 # ---------------------------------------------------------------------------------------------
-# The table
+# The table, the version list and ERRORS.md
 # ---------------------------------------------------------------------------------------------
 
 
@@ -143,243 +209,226 @@ def readme_steps(name: str) -> list[tuple[str, str]]:
     return re.findall(r"^## (\d+)\. (.+)$", text, re.M)
 
 
-def cell(summary: dict | None, number: str, name: str = "") -> str:
-    """What step NUMBER did on one stack, as the table says it: runs, differs (linked to the folder's
-    Notes, which say how), needs X (a newer torch), or what went wrong (skipped, fails)."""
-    if summary is None:
-        return "no result"
-    step = summary["steps"].get(number)
-    if step is None:
-        return "not run"
-    status = step["status"]
-    if status == "differs":
-        return f"[differs]({name}/README.md#notes)"
-    return status.replace("needs torch >= ", "needs ")
-
-
-def load_summary(stack: str, name: str) -> dict | None:
-    path = RESULTS / stack / name / "steps.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def torch_version(stack: str) -> str:
-    return re.search(
-        r"^torch==(\S+)", (ROOT / STACKS[stack]).read_text(encoding="utf-8"), re.M
-    ).group(1)
-
-
-def table(summaries: dict[str, dict[str, dict | None]]) -> str:
-    """The markdown table: one row per step of every example, one column per stack. Narrow enough
-    for GitHub's column: the step's link and title in the first cell, a word in each other."""
-    stacks = list(STACKS)
-    lines = [
-        "| step | " + " | ".join(torch_version(s) for s in stacks) + " |",
-        "| --- | " + " | ".join("---" for _ in stacks) + " |",
-    ]
-    for name in examples():
-        for number, title in readme_steps(name):
-            link = f"[`{name}/` {number}]({name}/README.md#{anchor(f'{number}. {title}')})"
-            cells = [cell(summaries[s].get(name), number, name) for s in stacks]
-            lines.append(f"| {link} {title} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def committed_table() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    if TABLE_BEGIN not in text:
-        return ""
-    return text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0].strip()
-
-
-def column(table_text: str, stack: str) -> dict[tuple[str, str], str]:
-    """(example, step) -> cell of STACK's column in a table written by table()."""
-    index = 1 + list(STACKS).index(stack)
-    table = {}
-    for line in table_text.splitlines()[2:]:
-        row = [c.strip() for c in line.strip().strip("|").split("|")]
-        step = re.match(r"\[`([\w-]+)/` (\d+)\]", row[0])
-        if step and len(row) > index:
-            table[step.groups()] = row[index]
-    return table
-
-
-def write_table(text: str) -> None:
-    """The table in README.md, and the same table in its Chinese twin, README.zh-CN.md."""
-    for readme in (ROOT / "README.md", ROOT / "README.zh-CN.md"):
-        if not readme.is_file():
-            continue
-        content = readme.read_text(encoding="utf-8")
-        if TABLE_BEGIN not in content:
-            raise SystemExit(
-                f"{readme.name} has no {TABLE_BEGIN!r} marker to write the table after"
-            )
-        before, rest = content.split(TABLE_BEGIN, 1)
-        after = rest.split(TABLE_END, 1)[1]
-        readme.write_text(
-            f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8"
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# ERRORS.md
-# ---------------------------------------------------------------------------------------------
-
-
 def anchor(title: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
     return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
 
 
+def torch_version(stack: str) -> str:
+    pins = (ROOT / STACKS[stack]).read_text(encoding="utf-8")
+    return re.search(r"^torch==(\S+)", pins, re.M).group(1)
+
+
+def label(stack: str) -> str:
+    return stack.removeprefix("torch-")
+
+
+def spans(stacks: list[str]) -> str:
+    """STACKS as runs of consecutive releases: '2.2-2.5, 2.8'."""
+    order = list(STACKS)
+    runs: list[list[str]] = []
+    for stack in sorted(stacks, key=order.index):
+        if runs and order.index(stack) == order.index(runs[-1][-1]) + 1:
+            runs[-1].append(stack)
+        else:
+            runs.append([stack])
+    return ", ".join(label(r[0]) + (f"–{label(r[-1])}" if len(r) > 1 else "") for r in runs)
+
+
+def cell_text(cell: dict | None, number: str) -> str:
+    """What step NUMBER did on one stack, in a word: runs, differs, needs X, skipped, not run."""
+    step = None if cell is None else cell["steps"].get(number)
+    if step is None:
+        return "not run"
+    return step["status"].replace("needs torch >= ", "needs ")
+
+
+def table(matrix: dict) -> str:
+    """One row per step of every example: which releases run it, and how the others differ."""
+    lines = ["| step | on torch |", "| --- | --- |"]
+    for name in examples():
+        for number, title in readme_steps(name):
+            by_text: dict[str, list[str]] = {}
+            for stack in STACKS:
+                text = cell_text(matrix.get(stack, {}).get(name), number)
+                by_text.setdefault(text, []).append(stack)
+            if list(by_text) == ["runs"]:
+                summary = "runs on all"
+            else:
+                parts = []
+                for text, stacks in sorted(by_text.items(), key=lambda i: minor(i[1][0])):
+                    shown = f"[differs]({name}/README.md#notes)" if text == "differs" else text
+                    parts.append(f"{shown}: {spans(stacks)}")
+                summary = "; ".join(parts)
+            link = f"[`{name}/` {number}]({name}/README.md#{anchor(f'{number}. {title}')})"
+            lines.append(f"| {link} {title} | {summary} |")
+    return "\n".join(lines)
+
+
+def releases(matrix: dict) -> str:
+    """Per release: how many steps need a newer torch, and which steps differ (each linked; the
+    folder's Notes say how) or do not run."""
+    items = []
+    for stack in STACKS:
+        needs: dict[str, int] = {}
+        other: dict[str, dict[str, list[str]]] = {}  # word -> example -> linked step numbers
+        for name in examples():
+            cell = matrix.get(stack, {}).get(name)
+            for number, title in readme_steps(name):
+                text = cell_text(cell, number)
+                if text.startswith("needs "):
+                    needs[text[6:]] = needs.get(text[6:], 0) + 1
+                elif text != "runs":
+                    link = f"[{number}]({name}/README.md#{anchor(f'{number}. {title}')})"
+                    other.setdefault(text, {}).setdefault(name, []).append(link)
+        said = []
+        if needs:
+            counts = [f"{v} for {n}" for v, n in sorted(needs.items(), key=lambda i: minor(i[0]))]
+            said.append("steps that need a newer torch: " + ", ".join(counts))
+        for text, by_name in other.items():
+            said.append(f"{text}: " + "; ".join(f"`{n}/` {', '.join(links)}" for n, links in by_name.items()))
+        pins = (ROOT / STACKS[stack]).read_text(encoding="utf-8")
+        vision = re.search(r"^torchvision==(\S+)", pins, re.M).group(1)
+        head = f"- **{torch_version(stack)}** (torchvision {vision})"
+        items.append(f"{head}: " + ("; ".join(said) or "every step runs") + ".")
+    return "\n".join(items)
+
+
+def generated(matrix: dict) -> str:
+    """What README.md holds between the version table's markers."""
+    return (
+        "<details><summary>What each release does differently</summary>\n\n"
+        f"{releases(matrix)}\n\n</details>\n\n"
+        "<details><summary>Every step on every release</summary>\n\n"
+        f"{table(matrix)}\n\n</details>"
+    )
+
+
+def write_pages(matrix: dict) -> None:
+    """The table and the version list in both READMEs (the same text: generated, so English)."""
+    text = generated(matrix)
+    for readme in (ROOT / "README.md", ROOT / "README.zh-CN.md"):
+        content = readme.read_text(encoding="utf-8")
+        before, rest = content.split(TABLE_BEGIN, 1)
+        after = rest.split(TABLE_END, 1)[1]
+        readme.write_text(f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8")
+    ERRORS.write_text(errors_page(matrix), encoding="utf-8")
+
+
+def pages_differ(matrix: dict) -> list[str]:
+    """The generated files that differ from what MATRIX gives."""
+    text = generated(matrix)
+    wrong = []
+    for readme in (ROOT / "README.md", ROOT / "README.zh-CN.md"):
+        content = readme.read_text(encoding="utf-8")
+        if f"{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}" not in content:
+            wrong.append(readme.name)
+    if not ERRORS.is_file() or ERRORS.read_text(encoding="utf-8") != errors_page(matrix):
+        wrong.append(ERRORS.name)
+    return wrong
+
+
 def clean(line: str) -> str:
-    """A reproduced line as ERRORS.md shows it: no '[Caused by ...]' tail (graph values, file paths), no
-    memory addresses."""
+    """A reproduced line as ERRORS.md shows it: no '[Caused by ...]' tail, no memory addresses."""
     line = re.sub(r"\s*\[Caused by .*", " [Caused by ...]", line)
     return re.sub(r"0x[0-9a-f]{6,}", "0x...", line).strip()
 
 
 def code(text: str) -> str:
-    """TEXT as an inline code span."""
     fence = "``" if "`" in text else "`"
     pad = " " if fence == "``" else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def error_rows(summary: dict | None, name: str) -> set[tuple[str, str, str, str]]:
-    """(section, error, cause, fixing step's link) of each error the run of example NAME reproduced."""
-    if summary is None:
+def error_rows(cell: dict | None, name: str) -> set[tuple[str, str, str, str]]:
+    """(section, error, cause, fixing step's link) of each error one cell reproduced."""
+    if cell is None:
         return set()
     titles = dict(readme_steps(name))
     rows = set()
-    for number, step in summary["steps"].items():
+    for number, step in cell["steps"].items():
         for entry in step.get("reproduced", []):
             error = code(clean(entry["error"]))
             if entry["further_down"]:
                 error += "\n  <br>further down: " + code(clean(entry["further_down"]))
-            fixed_in = str(entry.get("fixed_in", number))  # the step that fixes it: this or a later one
+            fixed_in = str(entry.get("fixed_in", number))  # the step that fixes it
             heading = f"{fixed_in}. {titles.get(fixed_in, '')}"
             link = f"[`{name}/` step {fixed_in}]({name}/README.md#{anchor(heading)})"
             rows.add((entry["raised_by"], error, entry["cause"], link))
     return rows
 
 
-ENTRY_TAIL = "\n  <br>torch "  # an entry: "- ERROR[ further down]" then "  <br>torch V · cause · fixed in L"
-
-
-def errors_page(summaries: dict[str, dict[str, dict | None]]) -> str:
-    """ERRORS.md: one entry per error, with the torch versions that reproduced it, grouped by what
-    raises it. A list, not a table: an error message is long, and a table of them is wider than
-    GitHub's column."""
-    versions: dict[tuple[str, str, str, str], list[str]] = {}
+def errors_page(matrix: dict) -> str:
+    """ERRORS.md: one entry per error, with the releases that reproduced it, grouped by what
+    raises it. A list, not a table: an error message is long."""
+    found: dict[tuple[str, str, str, str], list[str]] = {}
     for stack in STACKS:
         for name in examples():
-            for row in error_rows(summaries[stack].get(name), name):
-                versions.setdefault(row, []).append(torch_version(stack))
-    unknown = {row[0] for row in versions} - set(RAISED_BY)
+            for row in error_rows(matrix.get(stack, {}).get(name), name):
+                found.setdefault(row, []).append(stack)
+    unknown = {row[0] for row in found} - set(RAISED_BY)
     if unknown:
-        raise SystemExit(
-            f"CAUSES names what raises an error as {sorted(unknown)}; ERRORS.md knows {list(RAISED_BY)}"
-        )
+        raise SystemExit(f"CAUSES names {sorted(unknown)}; ERRORS.md knows {list(RAISED_BY)}")
     parts = [ERRORS_HEADER]
     for raised_by, title in RAISED_BY.items():
-        rows = sorted(row for row in versions if row[0] == raised_by)
-        if not rows:
-            continue
-        parts.append(f"## {title}\n")
-        entries = [
-            f"- {error}{ENTRY_TAIL}{', '.join(versions[row])} · {cause} · fixed in {link}"
-            for row in rows
-            for _, error, cause, link in [row]
-        ]
-        parts.append("\n".join(entries) + "\n")
+        rows = sorted(row for row in found if row[0] == raised_by)
+        if rows:
+            entries = [
+                f"- {error}\n  <br>torch {spans(found[row])} · {cause} · fixed in {link}"
+                for row in rows
+                for _, error, cause, link in [row]
+            ]
+            parts += [f"## {title}\n", "\n".join(entries) + "\n"]
     return "\n".join(parts)
 
 
-def committed_entries() -> list[tuple[str, str, list[str], str, str]]:
-    """(section, error, torch versions, cause, link) of each entry of the committed ERRORS.md."""
-    if not ERRORS.is_file():
-        return []
-    by_title = {title: raised_by for raised_by, title in RAISED_BY.items()}
-    entries, section, lines = [], None, []
-
-    def close():
-        if lines and section:
-            text = "\n".join(lines)[2:]
-            error, _, tail = text.partition(ENTRY_TAIL)
-            found, cause, link = (tail.split(" · ", 2) + ["", ""])[:3]
-            versions = [v.strip() for v in found.split(",")]
-            entries.append((section, error, versions, cause, link.removeprefix("fixed in ")))
-        lines.clear()
-
-    for line in ERRORS.read_text(encoding="utf-8").splitlines():
-        if line.startswith("## "):
-            close()
-            section = by_title.get(line[3:].strip())
-        elif line.startswith("- "):
-            close()
-            lines.append(line)
-        elif line.startswith("  ") and lines:
-            lines.append(line)
-        else:
-            close()
-    close()
-    return entries
-
-
-def committed_errors(stack: str) -> set[tuple[str, str, str, str]]:
-    """The entries of the committed ERRORS.md that name STACK's version, as error_rows() gives them."""
-    version = torch_version(stack)
-    return {(s, e, c, link) for s, e, vs, c, link in committed_entries() if version in vs}
-
-
-def errors_differ(stack: str, summaries: dict[str, dict | None], names: list[str]) -> list[str]:
-    """What ERRORS.md says of STACK that its runs of NAMES do not reproduce, and the other way round."""
-    wrong = []
-    for name in names:
-        have = error_rows(summaries.get(name), name)
-        want = {row for row in committed_errors(stack) if row[3].startswith(f"[`{name}/`")}
-        wrong += [
-            f"{name}: ERRORS.md lists {row[1]} (step {row[3]}), not reproduced"
-            for row in sorted(want - have)
-        ]
-        wrong += [
-            f"{name}: reproduced {row[1]} ({row[3]}), not in ERRORS.md"
-            for row in sorted(have - want)
-        ]
-    return wrong
-
-
 # ---------------------------------------------------------------------------------------------
+
+
+class Builder:
+    """Builds the next stack's environment in the background while one runs (disk permitting)."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, threading.Thread] = {}
+        self.errors: dict[str, BaseException] = {}
+
+    def start(self, stack: str) -> None:
+        if stack in self.threads or (ROOT / f".venv-{stack}" / "installed").exists():
+            return
+        if free_gb() < 16:  # an environment, and pip's unpacked downloads while it installs
+            return
+
+        def build() -> None:
+            try:
+                environment(stack)
+            except BaseException as exc:  # noqa: BLE001 - reported when the stack is run
+                self.errors[stack] = exc
+
+        self.threads[stack] = threading.Thread(target=build, daemon=True)
+        self.threads[stack].start()
+
+    def get(self, stack: str) -> pathlib.Path:
+        if stack in self.threads:
+            self.threads.pop(stack).join()
+            if stack in self.errors:
+                raise self.errors.pop(stack)
+        return environment(stack)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "stacks",
-        nargs="*",
-        metavar="STACK",
-        help=f"stacks to run: {', '.join(STACKS)} (default: all)",
-    )
+    parser.add_argument("stacks", nargs="*", metavar="STACK", help=f"of {', '.join(STACKS)}")
+    parser.add_argument("--examples", nargs="+", default=[], metavar="NAME", help="only these")
+    parser.add_argument("--stale", action="store_true", help="only the stale cells")
+    parser.add_argument("--ci", action="store_true", help="CI: check, record nothing")
+    parser.add_argument("--check", action="store_true", help="run nothing; check the pages")
+    parser.add_argument("--no-run", action="store_true", help="run nothing; write the pages")
+    parser.add_argument("--build-only", action="store_true", help="build environments only")
+    parser.add_argument("--keep", action="store_true", help="keep the environments built")
     parser.add_argument(
         "--python", action="append", default=[], metavar="STACK=PATH", help="use PATH for STACK"
-    )
-    parser.add_argument(
-        "--write-table", action="store_true", help="rewrite README.md's table and ERRORS.md"
-    )
-    parser.add_argument(
-        "--check-table", action="store_true", help="fail when README.md's table or ERRORS.md differ"
-    )
-    parser.add_argument(
-        "--examples", nargs="+", default=[], metavar="NAME", help="run only these examples"
-    )
-    parser.add_argument(
-        "--no-run", action="store_true", help="only write or check the table, from the last runs"
-    )
-    parser.add_argument(
-        "--build-only",
-        action="store_true",
-        help="only build the stacks' environments (CI builds them while the test suite runs)",
     )
     args = parser.parse_args(argv)
     unknown = [s for s in args.stacks if s not in STACKS]
@@ -389,66 +438,98 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.python:
         stack, _, path = item.partition("=")
         if stack not in STACKS or not path:
-            parser.error(
-                f"--python takes STACK=PATH with STACK one of {', '.join(STACKS)}, not {item!r}"
-            )
-        pythons[stack] = pathlib.Path(
-            path
-        ).absolute()  # not resolve(): a venv's python is a symlink
-    selected = args.stacks or list(STACKS)
+            parser.error(f"--python takes STACK=PATH, STACK one of {', '.join(STACKS)}: {item!r}")
+        pythons[stack] = pathlib.Path(path).absolute()  # not resolve(): a venv's python is a link
+    matrix = load_matrix()
 
+    if args.no_run:
+        write_pages(matrix)
+        return 0
+    if args.check:
+        wrong = pages_differ(matrix)
+        old = {s: stale(matrix, s) for s in STACKS}
+        for stack, names in old.items():
+            if names:
+                print(f"{stack}: stale cells (CI re-runs them): {', '.join(names)}")
+        if wrong:
+            print(f"{', '.join(wrong)} differ from stacks/matrix.json: run python run_stacks.py --no-run")
+        return 1 if wrong else 0
+
+    # What to run: stack -> examples
+    plan: dict[str, list[str]] = {}
+    for stack in args.stacks or list(STACKS):
+        names = args.examples or examples()
+        if args.stale or args.ci:
+            names = [n for n in names if n in stale(matrix, stack)]
+        if args.ci and stack in CI_STACKS:
+            names = args.examples or examples()
+        if names:
+            plan[stack] = names
     if args.build_only:
-        for stack in selected:
+        for stack in plan:
             if stack not in pythons:
                 environment(stack)
         return 0
-    failed = []
-    for stack in [] if args.no_run else selected:
-        python = pythons.get(stack) or environment(stack)
-        if run_stack(stack, python, args.examples) != 0:
-            failed.append(stack)
 
-    summaries = {s: {name: load_summary(s, name) for name in examples()} for s in STACKS}
-    if args.write_table:
-        write_table(table(summaries))
-        print("wrote the version table in README.md and README.zh-CN.md")
-        missing = [
-            f"{s}/{name}"
-            for s in STACKS
-            for name, summary in summaries[s].items()
-            if summary is None
-        ]
-        if missing:
-            print(f"ERRORS.md not written: no run of {', '.join(missing)} (run every stack first)")
-            failed.append("ERRORS.md")
-        else:
-            ERRORS.write_text(errors_page(summaries), encoding="utf-8")
-            print("wrote ERRORS.md")
-    if args.check_table:
-        fresh, committed = table(summaries), committed_table()
-        for stack in selected:
-            want, have = column(committed, stack), column(fresh, stack)
-            wrong = [
-                f"{name} step {number}: README says {want.get((name, number))!r}, the run gives {value!r}"
-                for (name, number), value in have.items()
-                if want.get((name, number)) != value
-                and (not args.examples or name in args.examples)
-            ]
-            if wrong:
-                print(
-                    f"README.md's version table is out of date for {stack}:\n  "
-                    + "\n  ".join(wrong)
-                )
-                failed.append(f"{stack} table")
-            wrong = errors_differ(stack, summaries[stack], args.examples or examples())
-            if wrong:
-                print(f"ERRORS.md is out of date for {stack}:\n  " + "\n  ".join(wrong))
-                failed.append(f"{stack} ERRORS.md")
+    failed: list[str] = []
+    builder = Builder()
+    order = list(plan)
+    began = time.monotonic()
+    for index, stack in enumerate(order):
+        names = plan[stack]
+        print(f"\n=== [{index + 1}/{len(order)}] {stack} (torch {torch_version(stack)}): "
+              f"{len(names)} example(s), {time.monotonic() - began:.0f} s since the start ===",
+              flush=True)
+        start = time.monotonic()
+        built = stack not in pythons and not (ROOT / f".venv-{stack}" / "installed").exists()
+        try:
+            python = pythons.get(stack) or builder.get(stack)
+        except (SystemExit, subprocess.CalledProcessError) as exc:
+            print(f"  {exc}")
+            failed.append(f"{stack} (its environment)")
+            continue
+        for following in order[index + 1 : index + 2]:
+            if following not in pythons:
+                builder.start(following)
+        made_from = {name: inputs(stack, name) for name in names}  # before the run, not after
+        status = run_examples(stack, python, names)
+        if status != 0:
+            failed.append(f"{stack} (an example failed)")
+        for name in names:
+            quiet = noise(stack, name)
+            if quiet:
+                failed.append(f"{stack}/{name} (stderr)")
+                print(f"  {name} wrote to stderr, which no page explains:\n    "
+                      + "\n    ".join(quiet.splitlines()[:6]))
+            cell = record(stack, name, made_from=made_from[name])
+            if args.ci:
+                want = matrix.get(stack, {}).get(name)
+                if facts(cell) != facts(want):
+                    failed.append(f"{stack}/{name} (differs from stacks/matrix.json)")
+                    print(f"  {name}: the run differs from its cell in stacks/matrix.json")
+                elif want["from"] != cell["from"]:
+                    print(f"  {name}: the run agrees with its cell, recorded from older code "
+                          "(python run_stacks.py --stale records it again)")
+            elif cell is not None and all(s["status"] != "fails" for s in cell["steps"].values()):
+                matrix.setdefault(stack, {})[name] = cell
+        if (built or args.ci) and not args.keep and stack not in pythons:
+            shutil.rmtree(ROOT / f".venv-{stack}", ignore_errors=True)
+        print(f"  {stack}: {time.monotonic() - start:.0f} s", flush=True)
+
+    if not args.ci:
+        latest = load_matrix()  # another run may have recorded other cells meanwhile
+        for stack, names in plan.items():
+            for name in names:
+                if name in matrix.get(stack, {}):
+                    latest.setdefault(stack, {})[name] = matrix[stack][name]
+        matrix = latest
+        save_matrix(matrix)
+        write_pages(matrix)
+        print("\nwrote stacks/matrix.json, the version table (README.md, README.zh-CN.md), ERRORS.md")
+    print(f"\n{len(order)} stack(s) in {time.monotonic() - began:.0f} s")
     if failed:
-        print(f"\nFAILED: {', '.join(failed)}")
+        print(f"FAILED: {', '.join(failed)}")
         return 1
-    if not args.no_run:
-        print(f"\nevery example passed on {', '.join(selected)}")
     return 0
 
 

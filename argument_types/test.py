@@ -15,40 +15,19 @@ import typing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
 import harness  # the runner: the command line, the steps, the checks (harness.py)
-from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
+from page_helpers import *  # noqa: F403 - the page's first block: common imports, helpers
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
 # region imports
-import contextlib
 import logging
-import os
-import re
 import time
 from collections.abc import Sequence
 
-import numpy as np
-import onnx
-import onnxruntime as ort
 import onnxscript
-import torch
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 from onnxscript import opset18 as op
-from torch.onnx import register_custom_op_symbolic
-from torch.onnx.symbolic_helper import parse_args
-try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
-    from torch.onnx.testing import assert_onnx_program
-except ImportError:
-    try:
-        from torch.onnx._internal.exporter._testing import assert_onnx_program
-    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
-        assert_onnx_program = None
-
-try:  # steps 3, 4 and 6 run the custom nodes in ONNX Runtime with it
-    from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
-except ImportError:  # pip install onnxruntime-extensions
-    onnx_op = None
 # endregion
 
 # 1. The op in C++: TORCH_LIBRARY schema and kernel types --------------------------------------
@@ -171,6 +150,7 @@ def define_all_kinds_py():
     return all_kinds_py
 
 
+@harness.needs_torch("2.4", "torch.library.custom_op came with torch 2.4")
 def step2_custom_op():
     """The same op in Python: torch.library.custom_op annotations"""
     if harness.TORCH < (2, 7):  # infer_schema takes typing.List[int], not list[int] (#146594)
@@ -499,8 +479,18 @@ def step5_standard_onnx():
 
     ops_with = [n.op_type for n in harness.show("all_kinds_standard.onnx").graph.node]
     ops_without = [n.op_type for n in harness.show("all_kinds_standard_no_bias.onnx").graph.node]
-    assert ops_with == ["Mul", "Add", "Mul", "Relu", "ReduceSum", "Add"], ops_with
-    assert ops_without == ["Mul", "Mul", "ReduceMax", "Add"], ops_without
+    if harness.TORCH < (2, 7):  # 2.6: export(optimize=False) by default, torch/onnx/__init__.py
+        harness.differs("export does not optimize: each constant stays a Constant (and a CastLike)")
+        c, cast = ["Constant"], ["Constant", "CastLike"]
+        assert ops_with == [
+            *cast, "Mul", "Add", *cast, *c, "Reshape", "Mul", "Relu", *c, "ReduceSum", *cast, "Add"
+        ], ops_with
+        assert ops_without == [
+            *cast, "Mul", *cast, *c, "Reshape", "Mul", *c, "ReduceMax", *cast, "Add"
+        ], ops_without
+    else:
+        assert ops_with == ["Mul", "Add", "Mul", "Relu", "ReduceSum", "Add"], ops_with
+        assert ops_without == ["Mul", "Mul", "ReduceMax", "Add"], ops_without
     check_constants("all_kinds_standard.onnx", WITH_BIAS)
     check_constants("all_kinds_standard_no_bias.onnx", NO_BIAS)
 
@@ -814,8 +804,15 @@ def check_node(path: str, inputs: list[str], values: dict, same_as: str = "") ->
 
 
 def check_constants(path: str, values: dict) -> None:
-    """In the standard-ONNX model each non-tensor argument is a constant of the right dtype."""
-    constants = [onnx.numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer]
+    """In the standard-ONNX model each non-tensor argument is a constant of the right dtype: an
+    initializer, or on torch 2.6 (no optimizer run) a Constant node, k an int64 one to CastLike."""
+    model = onnx.load(path)
+    constants = [onnx.numpy_helper.to_array(t) for t in model.graph.initializer]
+    k_dtype = np.float32  # the optimizer folds CastLike(k, y) into a float32 initializer
+    if harness.TORCH < (2, 7):  # export(optimize=False): Constant nodes, no initializer
+        assert not constants, (path, constants)
+        constants = [constant_value(n) for n in model.graph.node if n.op_type == "Constant"]
+        k_dtype = np.int64
 
     def found(dtype, value) -> bool:
         return any(
@@ -825,7 +822,16 @@ def check_constants(path: str, values: dict) -> None:
 
     assert found(np.int64, values["dims"]), (path, "dims", constants)
     assert found(np.float32, values["scales"]), (path, "scales", constants)
-    assert found(np.float32, [values["alpha"]]) and found(np.float32, [values["k"]]), path
+    assert found(np.float32, [values["alpha"]]) and found(k_dtype, [values["k"]]), path
+
+
+def constant_value(node) -> np.ndarray:
+    """The value of a Constant node, whichever attribute holds it."""
+    (attribute,) = node.attribute
+    if attribute.name == "value":
+        return onnx.numpy_helper.to_array(attribute.t)
+    dtype = {"value_floats": np.float32, "value_ints": np.int64}[attribute.name]
+    return np.asarray(onnx.helper.get_attribute_value(attribute), dtype)
 
 
 def reference_matches(path: str, model: torch.nn.Module, *tensors: torch.Tensor) -> None:

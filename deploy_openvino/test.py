@@ -51,39 +51,40 @@ from torch.onnx.symbolic_helper import parse_args
 # ---------------------------------------------------------------------------------------------
 
 
-# region dual_residual
-# cst_py, not register_pytorch_op's cst: that folder's C++ ops can load in the same process
-@torch.library.custom_op("cst_py::dual_residual", mutates_args=())
-def dual_residual(
-    x: torch.Tensor, y: torch.Tensor, alpha: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return x * alpha - y, y * alpha - x
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region dual_residual
+    # cst_py, not register_pytorch_op's cst: that folder's C++ ops can load in the same process
+    @torch.library.custom_op("cst_py::dual_residual", mutates_args=())
+    def dual_residual(
+        x: torch.Tensor, y: torch.Tensor, alpha: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * alpha - y, y * alpha - x
 
 
-@dual_residual.register_fake
-def _(x, y, alpha):
-    return torch.empty_like(x), torch.empty_like(y)
+    @dual_residual.register_fake
+    def _(x, y, alpha):
+        return torch.empty_like(x), torch.empty_like(y)
 
 
-@torch.library.custom_op("cst_py::foo_forward", mutates_args=())
-def foo_forward(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    alpha: float,
-    beta: int,
-    mode: str,
-    scales: typing.Sequence[float],
-    dims: typing.Sequence[int],
-) -> torch.Tensor:
-    z = x * alpha - y * beta if mode == "sub" else x * alpha + y * beta
-    per_channel = torch.tensor(scales, dtype=z.dtype).view(1, -1, 1, 1)
-    return (z * per_channel).sum(dims, keepdim=True)
+    @torch.library.custom_op("cst_py::foo_forward", mutates_args=())
+    def foo_forward(
+        x: torch.Tensor,
+        y: torch.Tensor,
+        alpha: float,
+        beta: int,
+        mode: str,
+        scales: typing.Sequence[float],
+        dims: typing.Sequence[int],
+    ) -> torch.Tensor:
+        z = x * alpha - y * beta if mode == "sub" else x * alpha + y * beta
+        per_channel = torch.tensor(scales, dtype=z.dtype).view(1, -1, 1, 1)
+        return (z * per_channel).sum(dims, keepdim=True)
 
 
-@foo_forward.register_fake
-def _(x, y, alpha, beta, mode, scales, dims):
-    return x.new_empty([1 if axis in dims else size for axis, size in enumerate(x.shape)])
-# endregion
+    @foo_forward.register_fake
+    def _(x, y, alpha, beta, mode, scales, dims):
+        return x.new_empty([1 if axis in dims else size for axis, size in enumerate(x.shape)])
+    # endregion
 
 
 # region DualResidual
@@ -150,33 +151,36 @@ FooOp = onnxscript.values.Op(
 # endregion
 
 
-# region threshold_translation
-# `self`, as aten::threshold names its input: torch 2.8 matches a translation by its names
-def threshold_translation(self, threshold: float, value: float):
-    return cstThreshold(self, threshold=threshold, value=value)
+if hasattr(torch.library, "custom_op"):  # the translations name step 1's custom ops
+    # region threshold_translation
+    # `self`, as aten::threshold names its input: torch 2.8 matches a translation by its names
+    def threshold_translation(self, threshold: float, value: float):
+        return cstThreshold(self, threshold=threshold, value=value)
 
 
-def dual_residual_translation(x, y, alpha: float):
-    return cstDualResidual(x, y, alpha=alpha)
+    def dual_residual_translation(x, y, alpha: float):
+        return cstDualResidual(x, y, alpha=alpha)
 
 
-def foo_translation(x, y, alpha: float, beta: int, mode: str, scales, dims):
-    return FooOp(x, y, alpha=alpha, beta=beta, mode=mode, scales=scales, dims=dims)
+    def foo_translation(x, y, alpha: float, beta: int, mode: str, scales, dims):
+        return FooOp(x, y, alpha=alpha, beta=beta, mode=mode, scales=scales, dims=dims)
 
 
-TRANSLATIONS = {
-    torch.ops.aten.threshold.default: threshold_translation,
-    torch.ops.cst_py.dual_residual.default: dual_residual_translation,
-    torch.ops.cst_py.foo_forward.default: foo_translation,
-}
-# endregion
+    TRANSLATIONS = {
+        torch.ops.aten.threshold.default: threshold_translation,
+        torch.ops.cst_py.dual_residual.default: dual_residual_translation,
+        torch.ops.cst_py.foo_forward.default: foo_translation,
+    }
+    # endregion
 
 
 
 MODELS: dict = {}  # name -> (PyTorch model, inputs): step 1 fills it
+CUSTOM_OP = "torch.library.custom_op came with torch 2.4"  # step 1's dual_residual, foo_forward
 EXPORTED: dict = {}  # ONNX file -> (PyTorch model, inputs): what the OpenVINO steps run
 
 
+@harness.needs_torch("2.4", CUSTOM_OP)
 def step1_export_dynamo_true():
     """The custom nodes, exported with dynamo=True"""
     global MODELS, EXPORTED
@@ -1220,6 +1224,7 @@ def foo_symbolic(g, x, y, alpha, beta, mode, scales, dims):
 
 
 
+@harness.needs_torch("2.4", "step 1's custom ops: " + CUSTOM_OP)
 def step9_export_dynamo_false():
     """Code that still uses dynamo=False: the same nodes from symbolics"""
     # region step9

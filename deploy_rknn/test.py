@@ -25,7 +25,7 @@ IN_RKNN = RKNN_HALF in sys.argv[1:]
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
 import harness  # the runner: the command line, the steps, the checks (harness.py)
-from page_helpers import expect_error  # the page's helpers, written once
+from page_helpers import expect_error, ortx_session  # the page's helpers, written once
 
 # Each page script's imports, word for word (a pasted script starts with them) -----------------
 
@@ -69,6 +69,7 @@ else:  # the first script's (the main environment)
 
 
 MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
+CUSTOM_OP = "torch.library.custom_op came with torch 2.4"  # step 1's cst::dual_residual
 
 # 1. The models ----------------------------------------------------------------------------------
 
@@ -96,6 +97,7 @@ def print_nodes(path):
 # endregion
 
 
+@harness.needs_torch("2.4", CUSTOM_OP)
 def step1_models():
     """The models (PyTorch)"""
 
@@ -289,12 +291,6 @@ def step2_export_dynamo():
     def cst_dual_residual_kernel(x, y, alpha):
         alpha = np.float32(alpha)
         return x * alpha - y, y * alpha - x
-
-    def session_with_stand_ins(model):
-        """ONNX Runtime's session for an exported program, with the kernels above registered."""
-        options = ort.SessionOptions()
-        options.register_custom_ops_library(get_library_path())
-        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     # endregion
 
     # region step2-3
@@ -309,7 +305,7 @@ def step2_export_dynamo():
             model, inputs, dynamo=True, opset_version=19, verbose=False,
             custom_translation_table=translations,
         )
-        onnx_program.initialize_inference_session(session_with_stand_ins)
+        onnx_program.initialize_inference_session(ortx_session)
         assert_onnx_program(onnx_program, rtol=1.3e-6, atol=1e-5)  # ONNX Runtime vs PyTorch
         onnx_program.save(path)
         default_domain_first(path)
@@ -327,6 +323,7 @@ def step2_export_dynamo():
 # 3. dynamo=False: the same nodes from symbolic functions ----------------------------------------
 
 
+@harness.needs_torch("2.4", "step 1's models: " + CUSTOM_OP)
 def step3_export_torchscript():
     """dynamo=False (the TorchScript-based exporter): the same nodes from symbolic functions"""
     x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS
@@ -492,6 +489,7 @@ class cstThresholdZeros(cstThreshold):  # noqa: N801
 
 def step4_before_the_first_build():
     """Three errors before the first build"""
+    needs_step_3()
     with rknn_log():
         # region step4
         rknn = RKNN()
@@ -522,6 +520,7 @@ def step5_register():
 
 def step6_convert_and_compare():
     """Convert, run in the simulator, compare with PyTorch"""
+    needs_step_3()
     with rknn_log():
         # region step6
         results = {}
@@ -562,6 +561,7 @@ def step6_convert_and_compare():
 
 def step7_what_runs_where():
     """What runs where: NPU, CPU, and what a board needs"""
+    needs_step_3()
     with rknn_log(echo=False) as conv_log:
         # region step7
         to_rknn("conv_threshold.onnx", verbose=True).release()
@@ -603,6 +603,7 @@ def step7_what_runs_where():
 
 def step8_traps():
     """Four traps"""
+    needs_step_3()
     with rknn_log() as log:
         # region step8
         rknn = RKNN()
@@ -802,6 +803,16 @@ def run_rknn_half(argv: list[str]) -> int:
 def exported_by_step(number: int) -> bool:
     """In the second process: whether the first half's step NUMBER ran, and so wrote its models."""
     return FIRST_HALF["steps"][str(number)]["status"] in ("runs", "differs")
+
+
+def needs_step_3() -> None:
+    """In the second process: a step that converts step 3's models needs step 3's torch."""
+    step = FIRST_HALF["steps"]["3"]
+    if not exported_by_step(3):
+        assert step["status"].startswith("needs torch >= "), step  # else the first half failed
+        version = step["status"].removeprefix("needs torch >= ")
+        why = f"it converts step 3's models, not exported on torch {FIRST_HALF['torch']}"
+        raise harness.NeedsTorch(version, why)
 
 
 def step2_status() -> str:

@@ -20,38 +20,17 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
 import harness  # the runner: the command line, the steps, the checks (harness.py)
-from page_helpers import expect_error, run_ort, compare  # the page's helpers, written once
+from page_helpers import *  # noqa: F403 - the page's first block: common imports, helpers
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
 # region imports
-import contextlib
 import io
-import os
-import re
 import typing
 
-import numpy as np
-import onnx
-import onnxruntime as ort
 import onnxscript
-import torch
 import torch.nn.functional as F
 from onnxscript import opset18 as op
-from torch.onnx import register_custom_op_symbolic
-from torch.onnx.symbolic_helper import parse_args
-try:  # public from torch 2.10; torch 2.6 to 2.9 have it under a private name
-    from torch.onnx.testing import assert_onnx_program
-except ImportError:
-    try:
-        from torch.onnx._internal.exporter._testing import assert_onnx_program
-    except ImportError:  # torch < 2.6: no dynamo=True step of this page runs
-        assert_onnx_program = None
-
-try:  # only step 5 needs it: Python kernels for ONNX Runtime
-    from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
-except ImportError:  # pip install onnxruntime-extensions
-    onnx_op = None
 # endregion
 
 # ---------------------------------------------------------------------------------------------
@@ -59,21 +38,22 @@ except ImportError:  # pip install onnxruntime-extensions
 # ---------------------------------------------------------------------------------------------
 
 
-# region blur1d
-# typing.Sequence[float], not list[float]: custom_op takes the built-in list from torch 2.7 on.
-@torch.library.custom_op("demo::blur1d", mutates_args=())
-def blur1d(
-    x: torch.Tensor, weights: typing.Sequence[float], dilation: int, padding: str
-) -> torch.Tensor:
-    """Blur the last dimension: y[i] = sum_k weights[k] * x[i + (k - K // 2) * dilation] for K
-    weights, reading past the ends as `padding` says: "zeros", "replicate" or "reflect"."""
-    total = (len(weights) - 1) * dilation
-    rows = x.reshape(-1, 1, x.shape[-1])  # conv1d's (batch, channels, length)
-    mode = "constant" if padding == "zeros" else padding
-    padded = F.pad(rows, (total // 2, total - total // 2), mode=mode)
-    kernel = torch.tensor(weights, dtype=x.dtype).reshape(1, 1, -1)
-    return F.conv1d(padded, kernel, dilation=dilation).reshape(x.shape)
-# endregion
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region blur1d
+    # typing.Sequence[float], not list[float]: custom_op takes the built-in list from torch 2.7 on.
+    @torch.library.custom_op("demo::blur1d", mutates_args=())
+    def blur1d(
+        x: torch.Tensor, weights: typing.Sequence[float], dilation: int, padding: str
+    ) -> torch.Tensor:
+        """Blur the last dimension: y[i] = sum_k weights[k] * x[i + (k - K // 2) * dilation] for K
+        weights, reading past the ends as `padding` says: "zeros", "replicate" or "reflect"."""
+        total = (len(weights) - 1) * dilation
+        rows = x.reshape(-1, 1, x.shape[-1])  # conv1d's (batch, channels, length)
+        mode = "constant" if padding == "zeros" else padding
+        padded = F.pad(rows, (total // 2, total - total // 2), mode=mode)
+        kernel = torch.tensor(weights, dtype=x.dtype).reshape(1, 1, -1)
+        return F.conv1d(padded, kernel, dilation=dilation).reshape(x.shape)
+    # endregion
 
 
 # region Blur
@@ -86,6 +66,7 @@ class Blur(torch.nn.Module):
 # endregion
 
 
+@harness.needs_torch("2.4", "torch.library.custom_op came with torch 2.4")
 def step1_plain_export():
     """The plain export fails under each exporter"""
     # region step1
@@ -97,7 +78,7 @@ def step1_plain_export():
         harness.differs(
             "dynamo=True is the older torch.onnx.dynamo_export before 2.6: not shown here"
         )
-    elif (2, 7) <= harness.TORCH < (2, 9):
+    elif harness.TORCH == (2, 8):  # its CAPTURE_STRATEGIES end in draft export; 2.7's do not
         harness.differs(
             "dynamo=True falls back to draft_export, which runs the op instead of a fake kernel, "
             "and fails at the translation (No ONNX function found); dynamo=False's message "
@@ -222,6 +203,7 @@ def blur1d_symbolic(g, x, weights, dilation, padding):
 # endregion
 
 
+@harness.needs_torch("2.4", "torch.library.custom_op came with torch 2.4")
 def step3_torchscript_custom_node():
     """dynamo=False: the same node from register_custom_op_symbolic"""
     model = Blur().eval()
@@ -285,6 +267,7 @@ def blur1d_standard_symbolic(g, x, weights, dilation, padding):
 # endregion
 
 
+@harness.needs_torch("2.4", "torch.library.custom_op came with torch 2.4")
 def step4_standard_ops():
     """Standard ONNX ops instead, for a runtime without a kernel"""
     model = Blur().eval()
@@ -371,43 +354,44 @@ def lists_as_inputs(model):
 # endregion
 
 
-# region pick
-# An op with an int list: the values of the last dimension at `indices`, in that order
-@torch.library.custom_op("demo::pick", mutates_args=())
-def pick(x: torch.Tensor, indices: typing.Sequence[int]) -> torch.Tensor:
-    return x[..., list(indices)]  # a new tensor: indexing with a list copies
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region pick
+    # An op with an int list: the values of the last dimension at `indices`, in that order
+    @torch.library.custom_op("demo::pick", mutates_args=())
+    def pick(x: torch.Tensor, indices: typing.Sequence[int]) -> torch.Tensor:
+        return x[..., list(indices)]  # a new tensor: indexing with a list copies
 
 
-@pick.register_fake
-def _(x, indices):
-    return x.new_empty(*x.shape[:-1], len(indices))
+    @pick.register_fake
+    def _(x, indices):
+        return x.new_empty(*x.shape[:-1], len(indices))
 
 
-PICK_SCHEMA = onnx.defs.OpSchema(
-    "Pick",
-    "demo",
-    1,
-    inputs=[onnx.defs.OpSchema.FormalParameter("x", "T")],
-    outputs=[onnx.defs.OpSchema.FormalParameter("y", "T")],
-    type_constraints=[("T", ["tensor(float)"], "float32, as the kernels")],
-    attributes=[
-        onnx.defs.OpSchema.Attribute("indices", onnx.defs.OpSchema.AttrType.INTS, "positions"),
-    ],
-)
-Pick = onnxscript.values.Op(onnxscript.values.Opset("demo", 1), "Pick", PICK_SCHEMA)
+    PICK_SCHEMA = onnx.defs.OpSchema(
+        "Pick",
+        "demo",
+        1,
+        inputs=[onnx.defs.OpSchema.FormalParameter("x", "T")],
+        outputs=[onnx.defs.OpSchema.FormalParameter("y", "T")],
+        type_constraints=[("T", ["tensor(float)"], "float32, as the kernels")],
+        attributes=[
+            onnx.defs.OpSchema.Attribute("indices", onnx.defs.OpSchema.AttrType.INTS, "positions"),
+        ],
+    )
+    Pick = onnxscript.values.Op(onnxscript.values.Opset("demo", 1), "Pick", PICK_SCHEMA)
 
 
-def pick_translation(x, indices):
-    return Pick(x, indices=indices)  # the schema types it: INTS
+    def pick_translation(x, indices):
+        return Pick(x, indices=indices)  # the schema types it: INTS
 
 
-PICKED = [15, 10, 5, 0]
+    PICKED = [15, 10, 5, 0]
 
 
-class BlurPick(torch.nn.Module):
-    def forward(self, x):
-        return pick(blur1d(x, WEIGHTS, DILATION, PADDING), PICKED)  # a float and an int list
-# endregion
+    class BlurPick(torch.nn.Module):
+        def forward(self, x):
+            return pick(blur1d(x, WEIGHTS, DILATION, PADDING), PICKED)  # a float and an int list
+    # endregion
 
 
 # region python_kernel_session
@@ -422,6 +406,7 @@ def python_kernel_session(model):
 # endregion
 
 
+@harness.needs_torch("2.4", "torch.library.custom_op came with torch 2.4")
 def step5_python_kernel():
     """The custom node in ONNX Runtime, with a Python kernel"""
     if onnx_op is None:
@@ -531,31 +516,33 @@ def python_kernel_dynamo(model, x):
 # ---------------------------------------------------------------------------------------------
 
 
-# region blur1d_into
-@torch.library.custom_op("demo::blur1d_into", mutates_args=("out",))
-def blur1d_into(
-    x: torch.Tensor,
-    weights: typing.Sequence[float],
-    dilation: int,
-    padding: str,
-    out: torch.Tensor,
-) -> None:
-    out.copy_(blur1d(x, weights, dilation, padding))  # writes the result into `out`
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region blur1d_into
+    @torch.library.custom_op("demo::blur1d_into", mutates_args=("out",))
+    def blur1d_into(
+        x: torch.Tensor,
+        weights: typing.Sequence[float],
+        dilation: int,
+        padding: str,
+        out: torch.Tensor,
+    ) -> None:
+        out.copy_(blur1d(x, weights, dilation, padding))  # writes the result into `out`
 
 
-@blur1d_into.register_fake
-def _(x, weights, dilation, padding, out):
-    return None  # nothing to return: it only writes
+    @blur1d_into.register_fake
+    def _(x, weights, dilation, padding, out):
+        return None  # nothing to return: it only writes
 
 
-class BlurInto(torch.nn.Module):
-    def forward(self, x):
-        out = torch.empty_like(x)
-        blur1d_into(x, WEIGHTS, DILATION, PADDING, out)
-        return out
-# endregion
+    class BlurInto(torch.nn.Module):
+        def forward(self, x):
+            out = torch.empty_like(x)
+            blur1d_into(x, WEIGHTS, DILATION, PADDING, out)
+            return out
+    # endregion
 
 
+@harness.needs_torch("2.4", "torch.library.custom_op came with torch 2.4")
 def step6_writing_op():
     """An op that writes into its input"""
     x = torch.randn(2, 3, 16)
@@ -638,26 +625,27 @@ def writing_op_dynamo(x):
     check_node(onnx_program.model_proto)
 
 
-# region blur1d_returning
-# The fix: an op that returns its result. The writing op can stay, inside it.
-@torch.library.custom_op("demo::blur1d_returning", mutates_args=())
-def blur1d_returning(
-    x: torch.Tensor, weights: typing.Sequence[float], dilation: int, padding: str
-) -> torch.Tensor:
-    out = torch.empty_like(x)
-    blur1d_into(x, weights, dilation, padding, out)  # inside the op, unseen by the exporters
-    return out
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region blur1d_returning
+    # The fix: an op that returns its result. The writing op can stay, inside it.
+    @torch.library.custom_op("demo::blur1d_returning", mutates_args=())
+    def blur1d_returning(
+        x: torch.Tensor, weights: typing.Sequence[float], dilation: int, padding: str
+    ) -> torch.Tensor:
+        out = torch.empty_like(x)
+        blur1d_into(x, weights, dilation, padding, out)  # inside the op, unseen by the exporters
+        return out
 
 
-@blur1d_returning.register_fake
-def _(x, weights, dilation, padding):
-    return torch.empty_like(x)
+    @blur1d_returning.register_fake
+    def _(x, weights, dilation, padding):
+        return torch.empty_like(x)
 
 
-class BlurReturning(torch.nn.Module):
-    def forward(self, x):
-        return blur1d_returning(x, WEIGHTS, DILATION, PADDING)
-# endregion
+    class BlurReturning(torch.nn.Module):
+        def forward(self, x):
+            return blur1d_returning(x, WEIGHTS, DILATION, PADDING)
+    # endregion
 
 
 # ---------------------------------------------------------------------------------------------
