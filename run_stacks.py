@@ -159,6 +159,9 @@ def record(stack: str, name: str, path: pathlib.Path | None = None, made_from: s
         return None
     summary = json.loads(path.read_text(encoding="utf-8"))
     steps = {n: {k: v for k, v in s.items() if k != "title"} for n, s in summary["steps"].items()}
+    for step in steps.values():  # what differs from run to run (memory addresses) cut
+        for entry in step.get("reproduced", []):
+            entry.update(error=clean(entry["error"]), further_down=clean(entry["further_down"]))
     return {"from": made_from or inputs(stack, name), "torch": summary["torch"], "steps": steps}
 
 
