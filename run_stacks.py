@@ -7,7 +7,7 @@ A stack is one file of pins: `requirements.txt` (torch 2.14.1, the default) or `
 those steps and what the run was produced from (a hash of the example's code, harness.py,
 page_helpers.py and the stack's pins); README.md's version table and ERRORS.md are written from it.
 
-    python run_stacks.py              # every stack: build, run, record, write the table (about 1 h)
+    python run_stacks.py              # every stack: build, run, record, write the table (~40 min)
     python run_stacks.py torch-2.8    # one stack (the examples it runs: --examples NAME ...)
     python run_stacks.py --stale      # only the cells whose code changed since they were recorded
     python run_stacks.py --ci         # CI: the oldest, RKNN's and the newest stack, and every stale
