@@ -149,6 +149,8 @@ def run(
 ) -> int:
     """main() of a test.py: run STEPS (numbered from FIRST) in DIR (--out), its current directory.
 
+    steps: a list, or the test.py's globals(): then its functions named stepN_..., in N's order.
+
     kept: the models each step writes and claims valid (checked to exist once the step ran);
     failures: the failure demonstrations under failures/; other_files: whatever else it writes.
     causes: part of an expected error's text -> (what raises it, its cause in one line[, the step
@@ -161,6 +163,8 @@ def run(
     args = _parse_command_line(test_py, here, argv, arguments)
     VERBOSE, OPTIONS = args.verbose, args
     out = args.out.resolve()
+    if isinstance(steps, dict):
+        steps = steps_in(steps)
     owned = tuple(m for models in kept.values() for m in models) + failures
     problem = _prepare_out(out, owned + other_files)
     if problem:
@@ -221,6 +225,13 @@ def run(
 
 
 OPTIONS = argparse.Namespace()
+
+
+def steps_in(namespace: dict) -> list:
+    """The functions named stepN_... in NAMESPACE (a test.py's globals()), in N's order: 1, 2, ..."""
+    found = {int(m[1]): f for name, f in namespace.items() if (m := re.match(r"step(\d+)_", name))}
+    assert sorted(found) == list(range(1, len(found) + 1)), f"steps numbered {sorted(found)}"
+    return [found[n] for n in sorted(found)]
 
 
 def run_more(steps, *, first: int, causes: dict, out: pathlib.Path, summary: str, extra=None):

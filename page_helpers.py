@@ -1,6 +1,6 @@
 """The helpers the pages paste and every test.py imports: written once, here.
 
-A page's first block is region `imports` here (what every page imports) and then the folder's own;
+A page's first block is region `imports` here (what every page imports), then the folder's own;
 a page shows the helpers through `include(..., source="page_helpers.py")` (see pages.py), so a
 pasted page defines them itself. A test.py takes all of it with `from page_helpers import *`.
 """
@@ -66,7 +66,7 @@ def run_ort(path, feeds, options=None):
 
 # region ortx
 def ortx_options():
-    """SessionOptions that load onnxruntime-extensions' library, where the @onnx_op kernels live."""
+    """SessionOptions that load onnxruntime-extensions' library (the @onnx_op kernels)."""
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     return options
@@ -76,6 +76,34 @@ def ortx_session(model):
     """An ONNX Runtime session with those kernels: `initialize_inference_session(ortx_session)`
     lets assert_onnx_program run an exported program that has custom nodes."""
     return ort.InferenceSession(model, ortx_options(), providers=["CPUExecutionProvider"])
+# endregion
+
+
+# region rknn_cst_kernels
+# ONNX Runtime has no kernel for the rknn_cst nodes; your runtime brings its own. Here Python
+# functions stand in for them, registered with onnxruntime-extensions (if installed). Register
+# an op_type once per process: after a second @onnx_op for it, every session that loads the
+# library fails ("Conflicting with a registered kernel").
+if onnx_op is not None:
+
+    @onnx_op(
+        op_type="rknn_cst::cstThreshold",
+        inputs=[PyCustomOpDef.dt_float],
+        outputs=[PyCustomOpDef.dt_float],
+        attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
+    )
+    def cst_threshold_kernel(x, threshold, value):
+        return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
+
+    @onnx_op(
+        op_type="rknn_cst::cstDualResidual",
+        inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+        outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+        attrs={"alpha": PyCustomOpDef.dt_float},
+    )
+    def cst_dual_residual_kernel(x, y, alpha):
+        alpha = np.float32(alpha)
+        return x * alpha - y, y * alpha - x
 # endregion
 
 

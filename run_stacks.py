@@ -7,7 +7,7 @@ A stack is one file of pins: `requirements.txt` (torch 2.14.1, the default) or `
 those steps and what the run was produced from (a hash of the example's code, harness.py,
 page_helpers.py and the stack's pins); README.md's version table and ERRORS.md are written from it.
 
-    python run_stacks.py              # every stack: build, run, record, write the table (~40 min)
+    python run_stacks.py              # every stack: build, run, record, write the table (~30 min)
     python run_stacks.py torch-2.8    # one stack (the examples it runs: --examples NAME ...)
     python run_stacks.py --stale      # only the cells whose code changed since they were recorded
     python run_stacks.py --ci         # CI: the oldest, RKNN's and the newest stack, and every stale
@@ -394,6 +394,7 @@ class Builder:
     def __init__(self) -> None:
         self.threads: dict[str, threading.Thread] = {}
         self.errors: dict[str, BaseException] = {}
+        self.built: set[str] = set()  # the stacks whose environment this run built (removed after)
 
     def start(self, stack: str) -> None:
         if stack in self.threads or (ROOT / f".venv-{stack}" / "installed").exists():
@@ -407,6 +408,7 @@ class Builder:
             except BaseException as exc:  # noqa: BLE001 - reported when the stack is run
                 self.errors[stack] = exc
 
+        self.built.add(stack)
         self.threads[stack] = threading.Thread(target=build, daemon=True)
         self.threads[stack].start()
 
@@ -484,7 +486,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(names)} example(s), {time.monotonic() - began:.0f} s since the start ===",
               flush=True)
         start = time.monotonic()
-        built = stack not in pythons and not (ROOT / f".venv-{stack}" / "installed").exists()
+        built = stack not in pythons and (
+            stack in builder.built or not (ROOT / f".venv-{stack}" / "installed").exists()
+        )
         try:
             python = pythons.get(stack) or builder.get(stack)
         except (SystemExit, subprocess.CalledProcessError) as exc:

@@ -385,12 +385,7 @@ def step4_translation():
         ("all_kinds_dynamo_no_bias.onnx", model_no_bias, (x,)),
     ]:
         programs[path] = torch.onnx.export(
-            m,
-            args,
-            dynamo=True,
-            opset_version=18,
-            verbose=False,
-            output_names=["y"],
+            m, args, dynamo=True, opset_version=18, verbose=False, output_names=["y"],
             custom_translation_table=table,
         )
         programs[path].save(path)
@@ -463,12 +458,7 @@ def step5_standard_onnx():
         ("all_kinds_standard_no_bias.onnx", model_no_bias, (x,)),
     ]:
         program = torch.onnx.export(
-            m,
-            args,
-            dynamo=True,
-            opset_version=18,
-            verbose=False,
-            output_names=["y"],
+            m, args, dynamo=True, opset_version=18, verbose=False, output_names=["y"],
             custom_translation_table=table,
         )
         assert_onnx_program(program, rtol=1e-5, atol=1e-5)  # plain ONNX Runtime: standard ops
@@ -547,10 +537,7 @@ def step6_parse_args():
         register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_symbolic, 18)
         with expect_error("does not know how to unpack the ListConstruct node"):
             torch.onnx.export(
-                legacy_model,
-                (x, bias),
-                "failures/all_kinds_legacy.onnx",
-                dynamo=False,
+                legacy_model, (x, bias), "failures/all_kinds_legacy.onnx", dynamo=False,
                 opset_version=18,
             )
         # endregion
@@ -562,12 +549,7 @@ def step6_parse_args():
         ("all_kinds_no_bias.onnx", model_no_bias, (x,), ["x"]),
     ]:
         torch.onnx.export(
-            m,
-            args,
-            path,
-            dynamo=False,
-            opset_version=18,
-            input_names=names,
+            m, args, path, dynamo=False, opset_version=18, input_names=names,
             output_names=["y"],
         )
         print_node(path)
@@ -592,13 +574,8 @@ def step6_parse_args():
     # region step6-4
     register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_legacy_symbolic, 18)
     torch.onnx.export(
-        legacy_model,
-        (x, bias),
-        "all_kinds_legacy.onnx",
-        dynamo=False,
-        opset_version=18,
-        input_names=["x", "bias"],
-        output_names=["y"],
+        legacy_model, (x, bias), "all_kinds_legacy.onnx", dynamo=False, opset_version=18,
+        input_names=["x", "bias"], output_names=["y"],
     )
     print_node("all_kinds_legacy.onnx")
     # endregion
@@ -651,12 +628,7 @@ def step7_function_symbolic():
         ("all_kinds_function_no_bias.onnx", model_no_bias, (x,), ["x"]),
     ]:
         torch.onnx.export(
-            m,
-            args,
-            path,
-            dynamo=False,
-            opset_version=18,
-            input_names=names,
+            m, args, path, dynamo=False, opset_version=18, input_names=names,
             output_names=["y"],
         )
         print_node(path)
@@ -670,15 +642,6 @@ def step7_function_symbolic():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_cpp_op,
-    step2_custom_op,
-    step3_the_node,
-    step4_translation,
-    step5_standard_onnx,
-    step6_parse_args,
-    step7_function_symbolic,
-)
 KEPT = {  # what each step writes and claims valid (checked, and matched against PyTorch)
     4: ("all_kinds_dynamo.onnx", "all_kinds_dynamo_no_bias.onnx"),
     5: ("all_kinds_standard.onnx", "all_kinds_standard_no_bias.onnx"),
@@ -721,7 +684,7 @@ PASSED = "every model in {out} checked and matched PyTorch (ONNX Runtime or onnx
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv,
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv,
                        passed=PASSED)  # some models run in onnx.reference only (steps 4, 6, 7)
 
 

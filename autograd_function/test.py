@@ -360,11 +360,7 @@ def step3_super_resolution_dynamo():
         # region step3-4
         sr_dynamo = SuperResolution(OnnxOpsUpsample()).eval()
         onnx_program = torch.onnx.export(
-            sr_dynamo,
-            (x, factor3),
-            dynamo=True,
-            verbose=False,
-            input_names=["x", "factor"],
+            sr_dynamo, (x, factor3), dynamo=True, verbose=False, input_names=["x", "factor"],
             output_names=["y"],
         )
         onnx_program.save("super_resolution_dynamo.onnx")
@@ -392,12 +388,8 @@ def export_the_function_model(sr_function, x, factor3):
     # region step3-2
     with expect_error("must be tuple of floats, but found element of type SymFloat"):
         onnx_program = torch.onnx.export(
-            sr_function,
-            (x, factor3),
-            "failures/super_resolution_function_dynamo.onnx",
-            dynamo=True,
-            verbose=False,
-            external_data=False,
+            sr_function, (x, factor3), "failures/super_resolution_function_dynamo.onnx",
+            dynamo=True, verbose=False, external_data=False,
         )
         assert_onnx_program(onnx_program, rtol=1e-5, atol=1e-6)  # torch 2.8: see Notes
     # endregion
@@ -499,12 +491,8 @@ def step5_my_relu():
         # autograd_inlining=False (deprecated) keeps each Function as one prim::PythonOp node
         with expect_error("Couldn't export Python operator NoSymbolic"):
             torch.onnx.export(
-                NoSymbolicModel(),
-                (x,),
-                "failures/no_symbolic.onnx",
-                dynamo=False,
-                opset_version=17,
-                autograd_inlining=False,
+                NoSymbolicModel(), (x,), "failures/no_symbolic.onnx", dynamo=False,
+                opset_version=17, autograd_inlining=False,
             )
         # endregion
     kept = io.BytesIO()  # the fix: MyRelu, with its symbolic, exports the same way as Clip
@@ -561,12 +549,8 @@ def step6_my_add():
         # region step6-2
         x64 = torch.randn(2, 3, dtype=torch.float64)
         torch.onnx.export(
-            ClipFloat32MinModel(),
-            (x64,),
-            "failures/clip_float32_min_float64_input.onnx",
-            dynamo=False,
-            opset_version=17,
-            input_names=["x"],
+            ClipFloat32MinModel(), (x64,), "failures/clip_float32_min_float64_input.onnx",
+            dynamo=False, opset_version=17, input_names=["x"],
         )
         # endregion
     warning = "The exported ONNX model failed ONNX shape inference"
@@ -586,11 +570,7 @@ def step6_my_add():
 
     # region step6-4
     torch.onnx.export(
-        MyReluModel(),
-        (x64,),
-        "my_relu_float64.onnx",
-        dynamo=False,
-        opset_version=17,
+        MyReluModel(), (x64,), "my_relu_float64.onnx", dynamo=False, opset_version=17,
         input_names=["x"],
     )
     (actual,) = run_ort("my_relu_float64.onnx", {"x": x64.numpy()})
@@ -624,12 +604,8 @@ def step7_cpp_function():
     # region step7
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     torch.onnx.export(
-        DirectCall(my_lib.my_add),
-        (a, b),
-        "failures/my_add_cpp_direct.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["a", "b"],
+        DirectCall(my_lib.my_add), (a, b), "failures/my_add_cpp_direct.onnx", dynamo=False,
+        opset_version=17, input_names=["a", "b"],
     )
     direct = onnx.load("failures/my_add_cpp_direct.onnx")
     constant = onnx.numpy_helper.to_array(direct.graph.node[0].attribute[0].t)
@@ -654,12 +630,8 @@ def step7_cpp_function():
 
     # region step7-3
     torch.onnx.export(
-        DirectCall(my_lib.my_add_aten),
-        (a, b),
-        "my_add_aten_direct.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["a", "b"],
+        DirectCall(my_lib.my_add_aten), (a, b), "my_add_aten_direct.onnx", dynamo=False,
+        opset_version=17, input_names=["a", "b"],
     )
     (actual,) = run_ort("my_add_aten_direct.onnx", {"a": a.numpy(), "b": b.numpy()})
     compare("my_add_aten_direct.onnx", actual, 2 * a + b, rtol=0, atol=0)
@@ -670,11 +642,7 @@ def step7_cpp_function():
 
     # region step7-4
     torch.onnx.export(
-        MyAddCppModel(),
-        (a, b),
-        "my_add_cpp.onnx",
-        dynamo=False,
-        opset_version=17,
+        MyAddCppModel(), (a, b), "my_add_cpp.onnx", dynamo=False, opset_version=17,
         input_names=["a", "b"],
     )
     (actual,) = run_ort("my_add_cpp.onnx", {"a": a.numpy(), "b": b.numpy()})
@@ -708,13 +676,8 @@ def step8_super_resolution():
         x = torch.rand(1, 3, 16, 16)
         factor3 = torch.tensor([1.0, 1.0, 3.0, 3.0])
         torch.onnx.export(
-            FunctionUpsample(),
-            (x, factor3),
-            "bicubic_upsample.onnx",
-            dynamo=False,
-            opset_version=17,
-            input_names=["x", "factor"],
-            output_names=["y"],
+            FunctionUpsample(), (x, factor3), "bicubic_upsample.onnx", dynamo=False,
+            opset_version=17, input_names=["x", "factor"], output_names=["y"],
         )
         for f in (2.0, 3.0):
             scales = torch.tensor([1.0, 1.0, f, f])
@@ -858,18 +821,6 @@ def step10_backward():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_dynamo_traces_forward,
-    step2_cpp_dynamo,
-    step3_super_resolution_dynamo,
-    step4_two_outputs,
-    step5_my_relu,
-    step6_my_add,
-    step7_cpp_function,
-    step8_super_resolution,
-    step9_both_exporters,
-    step10_backward,
-)
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: ("my_relu_dynamo.onnx", "my_add_dynamo.onnx"),
     2: ("my_add_onnx_ops_dynamo.onnx",),
@@ -939,7 +890,7 @@ CAUSES = {
 
 def main(argv: list[str] | None = None) -> int:
     return harness.run(
-        __file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv, passed=PASSED
+        __file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv, passed=PASSED
     )
 
 

@@ -1319,17 +1319,6 @@ def threshold_flips(model, inputs, config) -> int:
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_export_dynamo_true,
-    step2_no_extension,
-    step3_opset_ops,
-    step4_python_ops,
-    step5_build_cpp,
-    step6_run_cpp,
-    step7_precision,
-    step8_cpp_program,
-    step9_export_dynamo_false,
-)
 _NAMES = ("threshold", "threshold_net", "dual_residual", "dual_residual_net", "foo", "foo_net")
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: tuple(f"dynamo_{name}.onnx" for name in _NAMES) if harness.TORCH >= (2, 6) else (),
@@ -1376,7 +1365,7 @@ CAUSES = {
 
 def main(argv: list[str] | None = None) -> int:
     passed = "every model in {out} checked and matched PyTorch in OpenVINO"
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv,
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv,
                        passed=passed)
 
 

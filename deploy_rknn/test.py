@@ -270,29 +270,6 @@ def step2_export_dynamo():
     assert harness.opsets_of(onnx.load("failures/conv_threshold_opset20.onnx"))[""] == 20
     assert first_opset("failures/threshold_custom_domain_first.onnx") == ("rknn_cst", 1)
 
-    # region cst_threshold_kernel
-    # ONNX Runtime has no kernel for the rknn_cst nodes. Python stand-ins (onnxruntime-extensions),
-    # the formulas of step 5's RKNN classes, let assert_onnx_program run the exported programs.
-    @onnx_op(
-        op_type="rknn_cst::cstThreshold",
-        inputs=[PyCustomOpDef.dt_float],
-        outputs=[PyCustomOpDef.dt_float],
-        attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
-    )
-    def cst_threshold_kernel(x, threshold, value):
-        return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
-
-    @onnx_op(
-        op_type="rknn_cst::cstDualResidual",
-        inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
-        outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
-        attrs={"alpha": PyCustomOpDef.dt_float},
-    )
-    def cst_dual_residual_kernel(x, y, alpha):
-        alpha = np.float32(alpha)
-        return x * alpha - y, y * alpha - x
-    # endregion
-
     # region step2-3
     # The fix: opset_version=19, and the standard domain first in the saved file.
     for path, model, inputs in [
@@ -642,7 +619,7 @@ def step8_traps():
         return
     with rknn_log():
         # region step8-4
-        # These two blocks read step 2's files: torch >= 2.6 (test.py leaves them out on 2.4).
+        # These two blocks read step 2's files: torch >= 2.6 (test.py leaves them out before 2.6).
         rknn = RKNN()
         rknn.config(target_platform="rk3588")
         with expect_error("Unsupport onnx opset 20, need <= 19!"):

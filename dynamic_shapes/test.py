@@ -231,16 +231,7 @@ def step2_dynamic_axes():
     harness.show("failures/threshold_frozen.onnx")
 
     # region step2-3
-    if onnx_op is not None:  # Python kernels for the custom nodes, standing in for your runtime's
-
-        @onnx_op(
-            op_type="rknn_cst::cstThreshold",
-            inputs=[PyCustomOpDef.dt_float],
-            outputs=[PyCustomOpDef.dt_float],
-            attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
-        )
-        def cst_threshold_kernel(x, threshold, value):
-            return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
+    if onnx_op is not None:  # and for this page's own custom nodes
 
         @onnx_op(
             op_type="dynshape::BoxBlur",
@@ -902,14 +893,6 @@ def step6_rknn():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_fixed_size,
-    step2_dynamic_axes,
-    step3_dynamic_shapes,
-    step4_custom_node_of_unknown_size,
-    step5_every_size,
-    step6_rknn,
-)
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     2: ("threshold.onnx", "box_blur.onnx", "min_max.onnx", "cdist.onnx"),
     3: (
@@ -962,7 +945,7 @@ CAUSES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -171,10 +171,7 @@ def step2_dynamo_custom_node():
 
     # region step2-2
     onnx_program = torch.onnx.export(
-        model,
-        (x,),
-        dynamo=True,
-        verbose=False,
+        model, (x,), dynamo=True, verbose=False,
         custom_translation_table={torch.ops.demo.blur1d.default: blur1d_translation},
     )
     onnx_program.save("blur1d_dynamo.onnx")
@@ -212,14 +209,8 @@ def step3_torchscript_custom_node():
     # region step3
     register_custom_op_symbolic("demo::blur1d", blur1d_symbolic, 1)
     torch.onnx.export(
-        model,
-        (x,),
-        "blur1d_torchscript.onnx",
-        dynamo=False,
-        opset_version=18,
-        input_names=["x"],
-        output_names=["y"],
-        custom_opsets={"demo": 1},
+        model, (x,), "blur1d_torchscript.onnx", dynamo=False, opset_version=18,
+        input_names=["x"], output_names=["y"], custom_opsets={"demo": 1},
     )
     print_node(onnx.load("blur1d_torchscript.onnx"))
     # endregion
@@ -281,13 +272,8 @@ def step4_standard_ops():
     # region step4-2
     register_custom_op_symbolic("demo::blur1d", blur1d_standard_symbolic, 1)
     torch.onnx.export(
-        model,
-        (x,),
-        "blur1d_standard_torchscript.onnx",
-        dynamo=False,
-        opset_version=18,
-        input_names=["x"],
-        output_names=["y"],
+        model, (x,), "blur1d_standard_torchscript.onnx", dynamo=False, opset_version=18,
+        input_names=["x"], output_names=["y"],
     )
     (actual,) = run_ort("blur1d_standard_torchscript.onnx", {"x": x.numpy()})
     compare("blur1d_standard_torchscript.onnx", actual, model(x), rtol=1e-5, atol=1e-6)
@@ -573,12 +559,8 @@ def step6_writing_op():
     # region step6-4
     os.makedirs("failures", exist_ok=True)
     torch.onnx.export(
-        BlurInto().eval(),
-        (x,),
-        "failures/blur1d_into_torchscript.onnx",
-        dynamo=False,
-        opset_version=18,
-        input_names=["x"],
+        BlurInto().eval(), (x,), "failures/blur1d_into_torchscript.onnx", dynamo=False,
+        opset_version=18, input_names=["x"],
     )
     written = onnx.load("failures/blur1d_into_torchscript.onnx")
     inputs = [value.name for value in written.graph.input]
@@ -650,14 +632,6 @@ if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with tor
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_plain_export,
-    step2_dynamo_custom_node,
-    step3_torchscript_custom_node,
-    step4_standard_ops,
-    step5_python_kernel,
-    step6_writing_op,
-)
 DYNAMO = harness.TORCH >= (2, 6)  # custom_translation_table: step 4's dynamo=True file
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     2: ("blur1d_dynamo.onnx",),
@@ -705,7 +679,7 @@ CAUSES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -172,14 +172,8 @@ def step3_torchscript_function():
     # region step3-2
     register_custom_op_symbolic("aten::special_spherical_bessel_j0", j0_symbolic, 18)
     torch.onnx.export(
-        model,
-        (x,),
-        "j0_function.onnx",
-        dynamo=False,
-        opset_version=18,
-        input_names=["x"],
-        output_names=["y"],
-        custom_opsets={"custom-onnx-script": 1},
+        model, (x,), "j0_function.onnx", dynamo=False, opset_version=18, input_names=["x"],
+        output_names=["y"], custom_opsets={"custom-onnx-script": 1},
     )
     # endregion
     harness.show("j0_function.onnx")
@@ -227,12 +221,7 @@ def step4_selu_function():
     # region step4-2
     register_custom_op_symbolic("aten::selu", selu_symbolic, 15)
     torch.onnx.export(
-        model,
-        (x,),
-        "selu_function.onnx",
-        dynamo=False,
-        opset_version=15,
-        output_names=["y"],
+        model, (x,), "selu_function.onnx", dynamo=False, opset_version=15, output_names=["y"],
         custom_opsets={"custom-onnx-script": 1},
     )
     # endregion
@@ -296,11 +285,7 @@ def step5_opsets_must_agree():
     # region step5
     register_custom_op_symbolic("aten::selu", selu_opset14_symbolic, 14)
     torch.onnx.export(
-        model,
-        (x,),
-        "failures/selu_function_opset14.onnx",
-        dynamo=False,
-        opset_version=14,
+        model, (x,), "failures/selu_function_opset14.onnx", dynamo=False, opset_version=14,
         custom_opsets={"custom-onnx-script": 1},
     )
     onnx.checker.check_model(onnx.load("failures/selu_function_opset14.onnx"), full_check=True)
@@ -326,12 +311,8 @@ def step5_opsets_must_agree():
         # region step5-4
         # Registered at 15, exported at 14: the symbolic does not apply below its opset.
         torch.onnx.export(
-            model,
-            (x,),
-            "failures/selu_registered_above_export_opset.onnx",
-            dynamo=False,
-            opset_version=14,
-            custom_opsets={"custom-onnx-script": 1},
+            model, (x,), "failures/selu_registered_above_export_opset.onnx", dynamo=False,
+            opset_version=14, custom_opsets={"custom-onnx-script": 1},
         )
         # endregion
     warning = "Custom opset domain: 'custom-onnx-script' provided is not used in the model."
@@ -351,12 +332,8 @@ def export_opset15_function_at_opset17(model, x):
     # region step5-2
     # Step 4's registration (from opset 15 up) applies: an opset-15 function, an opset-17 model.
     torch.onnx.export(
-        model,
-        (x,),
-        "failures/selu_function_in_opset17_model.onnx",
-        dynamo=False,
-        opset_version=17,
-        custom_opsets={"custom-onnx-script": 1},
+        model, (x,), "failures/selu_function_in_opset17_model.onnx", dynamo=False,
+        opset_version=17, custom_opsets={"custom-onnx-script": 1},
     )
     # endregion
 
@@ -392,13 +369,8 @@ def step6_function_with_attributes():
     threshold_model = torch.nn.Threshold(0.1, 20).eval()
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 15)
     torch.onnx.export(
-        threshold_model,
-        (x,),
-        "threshold_function.onnx",
-        dynamo=False,
-        opset_version=15,
-        output_names=["y"],
-        custom_opsets={"rknn_cst": 1},
+        threshold_model, (x,), "threshold_function.onnx", dynamo=False, opset_version=15,
+        output_names=["y"], custom_opsets={"rknn_cst": 1},
     )
     # endregion
     harness.show("threshold_function.onnx")
@@ -417,14 +389,6 @@ def step6_function_with_attributes():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_dynamo_translation,
-    step2_script_needs_return_type,
-    step3_torchscript_function,
-    step4_selu_function,
-    step5_opsets_must_agree,
-    step6_function_with_attributes,
-)
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: ("j0_dynamo_plain.onnx", "j0_dynamo_script.onnx"),
     3: ("j0_function.onnx",),
@@ -470,7 +434,7 @@ CAUSES = {
 }
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
 
 
 if __name__ == "__main__":

@@ -229,12 +229,7 @@ def step4_without_symbolic():
         x = torch.randn(2, 3)
         # By default the TorchScript-based exporter inlines each Function's forward.
         torch.onnx.export(
-            model,
-            (x,),
-            "inlined.onnx",
-            dynamo=False,
-            opset_version=17,
-            input_names=["x"],
+            model, (x,), "inlined.onnx", dynamo=False, opset_version=17, input_names=["x"],
             output_names=["y"],
         )
         (actual,) = run_ort("inlined.onnx", {"x": x.numpy()})
@@ -258,11 +253,7 @@ def step4_without_symbolic():
     # the export fails.
     with expect_error("Couldn't export Python operator MyClip"):
         torch.onnx.export(
-            model,
-            (x,),
-            "failures/pythonop_no_symbolic.onnx",
-            dynamo=False,
-            opset_version=17,
+            model, (x,), "failures/pythonop_no_symbolic.onnx", dynamo=False, opset_version=17,
             autograd_inlining=False,
         )
     # endregion
@@ -333,12 +324,7 @@ def step5_one_symbolic():
     # Registered at opset 1, it serves every opset; no other export option is needed.
     torch.onnx.register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop, 1)
     torch.onnx.export(
-        model,
-        (x,),
-        "pythonop.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["x"],
+        model, (x,), "pythonop.onnx", dynamo=False, opset_version=17, input_names=["x"],
         output_names=["y"],
     )
     (actual,) = run_ort("pythonop.onnx", {"x": x.numpy()})
@@ -401,13 +387,8 @@ def step6_dispatch_on_arguments():
     model = TwoClips().eval()
     x = torch.randn(2, 3)
     torch.onnx.export(
-        model,
-        (x,),
-        "pythonop_by_argument.onnx",
-        dynamo=False,
-        opset_version=17,
-        input_names=["x"],
-        output_names=["y"],
+        model, (x,), "pythonop_by_argument.onnx", dynamo=False, opset_version=17,
+        input_names=["x"], output_names=["y"],
     )
     (actual,) = run_ort("pythonop_by_argument.onnx", {"x": x.numpy()})
     compare("pythonop_by_argument.onnx", actual, model(x), rtol=0, atol=0)
@@ -439,15 +420,6 @@ def step7_dynamo_ignores_the_symbolic():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_dynamo_records_forward,
-    step2_custom_ops,
-    step3_patched_apply,
-    step4_without_symbolic,
-    step5_one_symbolic,
-    step6_dispatch_on_arguments,
-    step7_dynamo_ignores_the_symbolic,
-)
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: ("clip_then_relu_dynamo.onnx", "two_clips_dynamo.onnx"),
     2: ("custom_ops_dynamo.onnx",),
@@ -491,7 +463,7 @@ CAUSES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
 
 
 if __name__ == "__main__":

@@ -148,23 +148,6 @@ def threshold_script(x: FLOAT, threshold: float, value: float) -> FLOAT:
 # endregion
 
 
-# region cst_threshold_kernel
-# ONNX Runtime has no kernel for rknn_cst::cstThreshold; your runtime would bring one. Here a
-# Python function stands in for it, registered with onnxruntime-extensions (if installed).
-if onnx_op is not None:
-
-    @onnx_op(
-        op_type="rknn_cst::cstThreshold",
-        inputs=[PyCustomOpDef.dt_float],
-        outputs=[PyCustomOpDef.dt_float],
-        attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
-    )
-    def cst_threshold_kernel(x, threshold, value):
-        return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
-
-# endregion
-
-
 # region output_shape
 def output_shape(model):
     return [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
@@ -198,7 +181,7 @@ def step2_dynamo_custom_node():
         (node,) = onnx.load(path).graph.node
         attributes = sorted(onnx.helper.printable_attribute(a) for a in node.attribute)
         print(f"  {path}: one {node.domain}.{node.op_type} node, {attributes}")
-        if onnx_op is not None:  # the Python kernel above runs the node
+        if onnx_op is not None:  # the Python stand-in kernel runs the node
             program.initialize_inference_session(ortx_session)
             assert_onnx_program(program, rtol=0, atol=0)
             print(f"  {path}: matches PyTorch")
@@ -760,6 +743,8 @@ def deform_conv2d_symbolic(
 
 def step11_deform_conv2d():
     """dynamo=False: a symbolic for torchvision::deform_conv2d"""
+    # It registers torchvision::deform_conv2d's symbolic, and nothing unregisters it: a later
+    # step's export of the op would use it.
     # The exporter warns from C++ that it has no shape for the placeholder's made-up op.
     with harness.quiet("The shape inference of custom::deform_conv2d type is missing"):
         # region step11
@@ -838,20 +823,6 @@ def step12_contrib_symbolic():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_dynamo_as_they_are,
-    step2_dynamo_custom_node,
-    step3_decompositions,
-    step4_dynamo_contrib_op,
-    step5_custom_domain_node,
-    step6_source_call,
-    step7_standard_ops,
-    step8_override_builtin,
-    step9_asinh,
-    step10_operator_export_type,
-    step11_deform_conv2d,  # registers torchvision::deform_conv2d; nothing unregisters it
-    step12_contrib_symbolic,
-)
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: ("threshold_dynamo.onnx", "asinh_dynamo.onnx", "deform_conv2d_dynamo.onnx"),
     2: ("threshold_custom_dynamo.onnx", "threshold_custom_dynamo_script.onnx"),
@@ -924,7 +895,7 @@ CAUSES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
 
 
 # ---------------------------------------------------------------------------------------------

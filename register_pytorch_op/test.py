@@ -233,21 +233,6 @@ def dual_residual_translation(x, y, alpha: float):
 # endregion
 
 
-def register_python_kernel():
-    """Step 3's stand-in kernel; step 5 registers it where step 3 cannot run (torch < 2.6)."""
-    # region cst_dual_residual
-    @onnx_op(
-        op_type="rknn_cst::cstDualResidual",
-        inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
-        outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
-        attrs={"alpha": PyCustomOpDef.dt_float},
-    )
-    def cst_dual_residual(x, y, alpha):
-        alpha = np.float32(alpha)
-        return x * alpha - y, y * alpha - x
-    # endregion
-
-
 @harness.needs_torch("2.6", DYNAMO_WHY)
 def step3_translation():
     """dynamo=True: one rknn_cst::cstDualResidual node from a translation"""
@@ -265,11 +250,7 @@ def step3_translation():
 
     # region step3-2
     onnx_program = torch.onnx.export(
-        model,
-        inputs,
-        dynamo=True,
-        verbose=False,
-        input_names=["x", "y"],
+        model, inputs, dynamo=True, verbose=False, input_names=["x", "y"],
         output_names=["x_res", "y_res"],
         custom_translation_table={torch.ops.cst.dual_residual.default: dual_residual_translation},
     )
@@ -292,7 +273,6 @@ def step3_translation():
     # endregion
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
-    register_python_kernel()
 
     # region step3-4
     onnx_program.initialize_inference_session(ortx_session)  # runs the @onnx_op kernel
@@ -355,13 +335,8 @@ def step4_legacy_op():
     # region step4-3
     legacy_table = {torch.ops.cst_legacy.dual_residual.default: dual_residual_translation}
     legacy_kept = torch.onnx.export(
-        legacy_model,
-        inputs,
-        dynamo=True,
-        verbose=False,
-        input_names=["x", "y"],
-        output_names=["x_res", "y_res"],
-        custom_translation_table=legacy_table,
+        legacy_model, inputs, dynamo=True, verbose=False, input_names=["x", "y"],
+        output_names=["x_res", "y_res"], custom_translation_table=legacy_table,
     )
     print("  one node again:", [n.op_type for n in legacy_kept.model_proto.graph.node])
     legacy_kept.save("dual_residual_legacy_dynamo.onnx")
@@ -440,13 +415,8 @@ def step5_symbolic():
         # region step5-2
         register_custom_op_symbolic("cst::dual_residual", dual_residual_untyped, 12)
         torch.onnx.export(
-            model,
-            inputs,
-            "dual_residual_untyped.onnx",
-            dynamo=False,
-            opset_version=12,
-            custom_opsets={"rknn_cst": 1},
-            input_names=["x", "y"],
+            model, inputs, "dual_residual_untyped.onnx", dynamo=False, opset_version=12,
+            custom_opsets={"rknn_cst": 1}, input_names=["x", "y"],
             output_names=["x_res", "y_res"],
         )
         # endregion
@@ -455,13 +425,8 @@ def step5_symbolic():
         # region step5-3
         register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
         torch.onnx.export(
-            model,
-            inputs,
-            "dual_residual.onnx",
-            dynamo=False,
-            opset_version=12,
-            custom_opsets={"rknn_cst": 1},
-            input_names=["x", "y"],
+            model, inputs, "dual_residual.onnx", dynamo=False, opset_version=12,
+            custom_opsets={"rknn_cst": 1}, input_names=["x", "y"],
             output_names=["x_res", "y_res"],
         )
         # endregion
@@ -485,8 +450,6 @@ def step5_symbolic():
 
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
-    if harness.TORCH < (2, 6):  # step 3, which registers the kernel, needs torch 2.6
-        register_python_kernel()
     # region step5-5
     feeds = {"x": inputs[0].numpy(), "y": inputs[1].numpy()}
     for path in ["dual_residual_untyped.onnx", "dual_residual.onnx"]:
@@ -572,13 +535,8 @@ def step6_attributes():
     # region step6-2
     register_custom_op_symbolic("cst_legacy::foo_forward", foo_forward_symbolic, 12)
     torch.onnx.export(
-        foo_model,
-        foo_inputs,
-        "failures/foo_all_attributes.onnx",
-        dynamo=False,
-        opset_version=12,
-        custom_opsets={"rknn_cst": 1},
-        input_names=["x", "y"],
+        foo_model, foo_inputs, "failures/foo_all_attributes.onnx", dynamo=False,
+        opset_version=12, custom_opsets={"rknn_cst": 1}, input_names=["x", "y"],
     )
     # endregion
     exported = harness.show("failures/foo_all_attributes.onnx")
@@ -649,15 +607,6 @@ def step7_deploy():
 
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (
-    step1_build,
-    step2_fake_kernel,
-    step3_translation,
-    step4_legacy_op,
-    step5_symbolic,
-    step6_attributes,
-    step7_deploy,
-)
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     3: ("dual_residual_dynamo.onnx",),
     4: ("dual_residual_legacy_dynamo.onnx",),
@@ -718,7 +667,7 @@ CAUSES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.run(__file__, STEPS, kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+    return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -174,12 +174,8 @@ import numpy as np, onnxruntime as ort, torch
 from conftest import load_example
 from onnxruntime_extensions import PyCustomOpDef as T, get_library_path, onnx_op
 
+# importing the example registers page_helpers' rknn_cst kernels (a second one would conflict)
 example, (out, seeds) = load_example("dynamic_shapes"), sys.argv[1:]
-
-@onnx_op(op_type="rknn_cst::cstThreshold", inputs=[T.dt_float], outputs=[T.dt_float],
-         attrs={"threshold": T.dt_float, "value": T.dt_float})
-def cst_threshold_kernel(x, threshold, value):
-    return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
 
 @onnx_op(op_type="dynshape::BoxBlur", inputs=[T.dt_float], outputs=[T.dt_float], attrs={"width": T.dt_int64})
 def box_blur_kernel(x, width):

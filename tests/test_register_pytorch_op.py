@@ -29,7 +29,6 @@ from onnx.reference import ReferenceEvaluator
 import test as example
 with contextlib.redirect_stdout(io.StringIO()):
     example.step1_build()
-    example.register_python_kernel()  # step 3's stand-in kernel
 model, inputs = example.DualResidualModel().eval(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4))
 
 # Step 5: without output_names, the inputs take the names of forward's parameters, the outputs are numbered.
