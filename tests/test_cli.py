@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -23,6 +24,15 @@ def owned_models(name: str) -> tuple[list[str], list[str]]:
     found = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
              if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in ("KEPT", "FAILURES")}
     return [model for models in found["KEPT"].values() for model in models], list(found["FAILURES"])
+
+
+@pytest.mark.parametrize("name", [n for n in EXAMPLES if "__file__, globals()" in (ROOT / n / "test.py").read_text()])
+def test_each_step_number_names_one_function(name):
+    """harness.run(__file__, globals()) runs the functions named stepN_..., in N's order: one per number."""
+    tree = ast.parse((ROOT / name / "test.py").read_text(encoding="utf-8"))
+    numbers = [int(m[1]) for node in tree.body
+               if isinstance(node, ast.FunctionDef) and (m := re.match(r"step(\d+)_", node.name))]
+    assert sorted(numbers) == list(range(1, len(numbers) + 1)), numbers
 
 
 def run_example(name: str, *args: str, cwd=None) -> subprocess.CompletedProcess:
