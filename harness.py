@@ -100,6 +100,21 @@ class NeedsTorch(Exception):
         self.version, self.why = version, why
 
 
+if TORCH < (2, 4):
+    # torch 2.2 and 2.3: the TorchScript exporter is torch.onnx.export's only one, and the keyword
+    # that picks it, dynamo=, came with 2.4. A reader on those releases deletes the pages'
+    # `dynamo=False`; every test.py does the same here, once (run() prints that it does).
+    _export = torch.onnx.export
+
+    def _export_before_2_4(*args, dynamo=False, **kwargs):
+        if dynamo:
+            raise NeedsTorch("2.4", "torch.onnx.export(..., dynamo=True) came with 2.4")
+        return _export(*args, **kwargs)
+
+    torch.onnx.export = _export_before_2_4
+DROPPED = "torch.onnx.export has no dynamo= argument before 2.4: the pages' dynamo=False is dropped"
+
+
 def needs_torch(version: str, why: str):
     """Decorate a step that needs torch >= VERSION: on an older torch run() skips it whole, prints
     `SKIP step N: needs torch >= VERSION (why)`, and the version table says so."""
@@ -171,6 +186,8 @@ def run(
         print(f"FAIL: cannot write models under {out}: {problem}")
         return 1
     _quiet_the_libraries()
+    if TORCH < (2, 4):
+        print(f"(torch {torch.__version__.split('+')[0]}: {DROPPED}, as you would delete it)")
     _STATUS.clear()
     skipped: list[str] = []
     home = os.getcwd()
@@ -279,14 +296,6 @@ def _run_step(number: int, step, causes: dict) -> str:
     except NeedsTorch as reason:
         print(f"SKIP step {number}: {reason}")
         _STATUS[number].update(status=f"needs torch >= {reason.version}", why=reason.why)
-    except TypeError as error:
-        if TORCH >= (2, 4) or "unexpected keyword argument 'dynamo'" not in str(error):
-            raise
-        # torch 2.2 and 2.3: the TorchScript exporter is torch.onnx.export's only one, and the
-        # pages' calls say dynamo=False, an argument it does not know yet (delete it there)
-        reason = NeedsTorch("2.4", "torch.onnx.export has no dynamo= argument before 2.4")
-        print(f"SKIP step {number}: {reason}")
-        _STATUS[number].update(status="needs torch >= 2.4", why=reason.why)
     except Skip as reason:
         print(f"SKIP step {number}: {reason}")
         _STATUS[number].update(status="skipped", why=str(reason))

@@ -92,8 +92,9 @@ if onnx_op is not None:
         outputs=[PyCustomOpDef.dt_float],
         attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float},
     )
-    def cst_threshold_kernel(x, threshold, value):
-        return np.where(x > np.float32(threshold), x, np.float32(value)).astype(np.float32)
+    def cst_threshold_kernel(x, threshold, value):  # float32 in and out, as declared above
+        # torch's rule, NaN included: x <= threshold gives value, else x (NaN stays NaN)
+        return np.where(x <= np.float32(threshold), np.float32(value), x).astype(np.float32)
 
     @onnx_op(
         op_type="rknn_cst::cstDualResidual",

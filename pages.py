@@ -40,6 +40,9 @@ VARIES = [
     (re.compile(r"\b\d+(\.\d+)? s\b"), "... s"),  # a duration
     # a C++ build, cold or from the cache
     (re.compile(r"^  (built \S+ in|reused the cached build) .*", re.M), "  built ... (or reused the cache)"),
+    # What differs between CPUs (deploy_openvino): a run prints each such line as "  this CPU...";
+    # a page shows a run of them as one line. The step checks them against the rule deciding them.
+    (re.compile(r"^(  this CPU\b.*\n?)+", re.M), "  this CPU: ... (lines that depend on the CPU)\n"),
 ]
 OUTPUTS: dict[pathlib.Path, str] = {}  # folder -> what its test.py printed, when it has run
 CHECK = False

@@ -12,7 +12,9 @@ page_helpers.py and the stack's pins); README.md's version table and ERRORS.md a
     python run_stacks.py --stale      # only the cells whose code changed since they were recorded
     python run_stacks.py --ci         # CI: the oldest, RKNN's and the newest stack, and every stale
                                       # cell; fail where a run differs from its cell; record nothing
-    python run_stacks.py --check      # run nothing: the table and ERRORS.md say what matrix.json says
+    python run_stacks.py --ci --all torch-2.8   # --ci on every cell of the stacks named (none named:
+                                                # all fourteen), stale or not: the scheduled workflow
+    python run_stacks.py --check      # run nothing: no cell is stale, the pages say what matrix.json says
     python run_stacks.py --no-run     # run nothing: write them from matrix.json
     python run_stacks.py --build-only torch-2.2                   # build an environment, run nothing
     python run_stacks.py --python torch-2.14=.venv/bin/python     # use an interpreter you have
@@ -428,7 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", nargs="+", default=[], metavar="NAME", help="only these")
     parser.add_argument("--stale", action="store_true", help="only the stale cells")
     parser.add_argument("--ci", action="store_true", help="CI: check, record nothing")
-    parser.add_argument("--check", action="store_true", help="run nothing; check the pages")
+    parser.add_argument(
+        "--all", action="store_true", help="with --ci: every cell of the stacks named, not only stale ones"
+    )
+    parser.add_argument("--check", action="store_true", help="run nothing; check no cell is stale and the pages")
     parser.add_argument("--no-run", action="store_true", help="run nothing; write the pages")
     parser.add_argument("--build-only", action="store_true", help="build environments only")
     parser.add_argument("--keep", action="store_true", help="keep the environments built")
@@ -439,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.stacks if s not in STACKS]
     if unknown:
         parser.error(f"unknown stack(s) {', '.join(unknown)}; valid: {', '.join(STACKS)}")
+    if args.all and not args.ci:  # a run without --ci or --stale runs every cell of its stacks already
+        parser.error("--all goes with --ci")
     pythons = {}
     for item in args.python:
         stack, _, path = item.partition("=")
@@ -458,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{stack}: stale cells (CI re-runs them): {', '.join(names)}")
         if wrong:
             print(f"{', '.join(wrong)} differ from stacks/matrix.json: run python run_stacks.py --no-run")
-        return 1 if wrong else 0
+        return 1 if wrong or any(old.values()) else 0  # a stale cell: run_stacks.py --stale
 
     # What to run: stack -> examples
     plan: dict[str, list[str]] = {}
@@ -466,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         names = args.examples or examples()
         if args.stale or args.ci:
             names = [n for n in names if n in stale(matrix, stack)]
-        if args.ci and stack in CI_STACKS:
+        if args.ci and (stack in CI_STACKS or args.all):
             names = args.examples or examples()
         if names:
             plan[stack] = names

@@ -264,12 +264,13 @@ def step2_no_extension():
 # region threshold_from_ops
 def like(value, x):
     """A constant VALUE of X's element type (f32, or f16 or bf16 when the model is)."""
-    return ops.convert_like(ops.constant(np.float32(value)), x)
+    return ops.convert(ops.constant(np.float32(value)), x.get_element_type())
 
 
-def threshold_from_ops(node):  # torch's rule, NaN included: x <= threshold -> value
+def threshold_from_ops(node):  # torch's rule: x <= threshold -> value, NaN kept
     x = node.get_input(0)
-    below = ops.less_equal(x, like(node.get_attribute("threshold"), x))
+    threshold = ops.constant(np.float32(node.get_attribute("threshold")))
+    below = ops.less_equal(ops.convert(x, "f32"), threshold)  # in f32, as PyTorch compares
     return ops.select(below, like(node.get_attribute("value"), x), x).outputs()
 
 
@@ -288,7 +289,7 @@ def foo_from_ops(node):
     sub = node.get_attribute("mode") == "sub"
     z = ops.subtract(x_alpha, y_beta) if sub else ops.add(x_alpha, y_beta)
     scales = np.float32(node.get_attribute("scales")).reshape(1, -1, 1, 1)
-    z = ops.multiply(z, ops.convert_like(ops.constant(scales), x))
+    z = ops.multiply(z, ops.convert(ops.constant(scales), x.get_element_type()))
     dims = ops.constant(np.int64(node.get_attribute("dims")))
     return ops.reduce_sum(z, dims, keep_dims=True).outputs()
 # endregion
@@ -331,13 +332,13 @@ def step3_opset_ops():
     # endregion
 
     # region step3-2
-    for hint in ("f32", "bf16", "f16"):  # a hint this CPU has no hardware for is ignored
+    for hint in ("f32", "bf16", "f16"):  # the layers depend on the CPU (step 7)
         config = {"INFERENCE_PRECISION_HINT": hint}
         compiled = opset_ops.compile_model("dynamo_threshold_net.onnx", "CPU", config)
         layers = [op.get_rt_info()["layerType"].astype(str)
                   for op in compiled.get_runtime_model().get_ordered_ops()]
         shown = [layer for layer in layers if layer not in ("Const", "Reshape")]
-        print(f"  {hint}: {' '.join(shown)}")
+        print(f"  this CPU, {hint} hint: {' '.join(shown)}")
     # endregion
 
     for hint in ("f32", "bf16", "f16"):  # no kernel of ours at any hint: every layer is the plugin's
@@ -853,8 +854,12 @@ def step5_build_cpp():
     write_if_changed("cst_ops.cpp", CST_OPS_CPP)
     float_list = CST_OPS_CPP.replace("std::vector<double>;", "std::vector<float>;")
     write_if_changed("failures/cst_ops_float_list.cpp", float_list)
-    low_types = " || type == ov::element::f16 || type == ov::element::bf16;"
-    f32_only = CST_OPS_CPP.replace(low_types, ";")  # step 7's mistake: f32 only
+    f32_only = CST_OPS_CPP  # step 7's mistake: has_evaluate and evaluate take f32 only
+    for f16_and_bf16 in (" || type == ov::element::f16 || type == ov::element::bf16",
+                         "    if (type == ov::element::f16) return compute(ov::float16{});\n",
+                         "    if (type == ov::element::bf16) return compute(ov::bfloat16{});\n"):
+        assert f16_and_bf16 in f32_only, f16_and_bf16
+        f32_only = f32_only.replace(f16_and_bf16, "")
     write_if_changed("failures/cst_ops_f32_only.cpp", f32_only)
     write_if_changed("build.ninja", ninja_file())
 
@@ -952,20 +957,19 @@ def step7_precision():
     capabilities = cpp_ops.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     default = cpp_ops.compile_model("dynamo_threshold_net.onnx", "CPU")  # no config: the defaults
     precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-    print(f"  this CPU: {' '.join(capabilities)}; by default the plugin infers in {precision}")
+    print(f"  this CPU: {' '.join(capabilities)}; the plugin infers in {precision} by default")
     honoured = {}
     for hint in ("bf16", "f16"):
         config = {"INFERENCE_PRECISION_HINT": hint}
         compiled = cpp_ops.compile_model("dynamo_threshold_net.onnx", "CPU", config)
         honoured[hint] = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-        print(f"  asked for {hint}: {honoured[hint]}")
+        print(f"  this CPU, asked for {hint}: {honoured[hint]}")
     # endregion
 
-    # config.cpp: a hint the CPU has no hardware for is ignored, without an error
-    for hint, capability in (("bf16", "BF16"), ("f16", "FP16")):
-        assert honoured[hint] in (hint, precision), (hint, honoured, precision)
-        assert honoured[hint] == hint or capability not in capabilities, (hint, capabilities)
-    assert precision == default_precision(capabilities), (precision, capabilities)
+    rule = plugin_rule(capabilities)  # what OpenVINO's source says this CPU does
+    why = f"this CPU ({' '.join(capabilities)}) against plugin_rule's {rule}"
+    assert precision == rule["default"], f"the default precision is {precision}: {why}"
+    assert honoured == rule["honoured"], f"the hints give {honoured}: {why}"
 
     HONOURED = honoured  # for step 9
     x = EXPORTED["dynamo_threshold.onnx"][1][0]
@@ -992,26 +996,33 @@ def step7_precision():
     # region step7-3
     f32_only = ov.Core()
     f32_only.add_extension(os.path.abspath("failures/libcst_ops_f32_only.so"))
+    for path in LOW_PRECISION:  # each node's evaluate, in the model's own types: on any CPU
+        network = f32_only.read_model(path)
+        feed = ov.Tensor(network.input(0).get_element_type(), list(x.shape))
+        with expect_error("Evaluation failed on rknn_cst::CstThreshold"):
+            network.evaluate([ov.Tensor(feed.get_element_type(), [1])], [feed])
+    # endregion
+
+    # region step7-4
     handed = {}
     for path, (_, config) in LOW_PRECISION.items():
         handed[path] = kernel_type(cpp_ops, path, config)
         hint = config.get("INFERENCE_PRECISION_HINT", "no")
-        print(f"  {path}, {hint} hint: the plugin hands the node {handed[path]}")
-        if handed[path] != "f32":
-            with expect_error("Unsupported operation of type: CstThreshold"):
-                f32_only.compile_model(path, "CPU", config)
+        print(f"  this CPU, {path}, {hint} hint: the plugin hands the node {handed[path]}")
+        if handed[path] == "f32":
+            continue
+        try:  # compile_model asks the node's has_evaluate() about that type
+            f32_only.compile_model(path, "CPU", config)
+        except RuntimeError as error:
+            assert "Unsupported operation of type: CstThreshold" in str(error), error
+            print("  this CPU, the f32-only library: Unsupported operation of type: CstThreshold")
+        else:
+            raise AssertionError(f"the f32-only library compiled {path}")
     # endregion
 
-    # transformation_pipeline.cpp: bf16 stays bf16 with bf16 hardware (AVX-512 on x86), f16
-    # stays f16 under the f16 precision with f16 hardware; both become f32 otherwise.
-    f16_kept = "f16" if honoured["f16"] == "f16" else "f32"
-    assert handed["threshold_f16.onnx"] == f16_kept, handed
-    assert handed["threshold_bf16.onnx"] in ("bf16", "f32"), handed
-    assert "BF16" not in capabilities or handed["threshold_bf16.onnx"] == "bf16", handed
-    if set(handed.values()) == {"f32"}:
-        print("  (this CPU hands custom ops f32 only; tests/ runs the kernels in f16 and bf16)")
+    assert handed == rule["handed"], f"the plugin hands the node {handed}: {why}"
 
-    # region step7-4
+    # region step7-5
     for path, (dtype, config) in LOW_PRECISION.items():
         low_x = x.to(dtype)
         expected = torch.nn.Threshold(0.1, 20)(low_x.float())  # x or 20: both exact in dtype
@@ -1020,33 +1031,32 @@ def step7_precision():
             compare(f"{path} {label}", actual, expected, rtol=0, atol=0)
     # endregion
 
-    # region step7-5
+    # region step7-6
     model, inputs = EXPORTED["dynamo_threshold_net.onnx"]
     expected = model(*inputs).detach().numpy()
     bf16_hint = {"INFERENCE_PRECISION_HINT": "bf16"}  # the default on a CPU with AVX512_BF16
     (bf16,) = run_openvino(cpp_ops, "dynamo_threshold_net.onnx", inputs, bf16_hint)
     diff = np.abs(bf16 - expected)
-    print(f"  in bf16: max abs diff {diff.max():.2f}, median {np.median(diff):.3f}")
+    print(f"  this CPU, bf16 hint: max abs diff {diff.max():.2f}, median {np.median(diff):.3f}")
     # endregion
 
     if honoured["bf16"] == "bf16":
         assert not np.allclose(bf16, expected, rtol=1e-5, atol=1e-5)  # outside the tolerance
         flipped = threshold_flips(model, inputs, bf16_hint)
-        print(f"  the threshold took the other branch for {flipped} of its inputs in bf16")
+        print(f"  this CPU, bf16 hint: the threshold took the other branch for {flipped} input(s)")
         assert flipped > 0 and diff.max() > 1.0 and np.median(diff) < 0.05, (flipped, diff)
     else:  # the hint was ignored, the results are f32's
-        print("  (this CPU ignored the bf16 hint: the results are f32's)")
+        print("  this CPU, bf16 hint: ignored, the results are f32's")
         np.testing.assert_allclose(bf16, expected, rtol=1e-5, atol=1e-5)
 
-    # region step7-6
+    # region step7-7
     accuracy = {"EXECUTION_MODE_HINT": "ACCURACY"}  # the model's own precision, f32 here
     for label, config in (("f32", F32), ("ACCURACY", accuracy)):
         (result,) = run_openvino(cpp_ops, "dynamo_threshold_net.onnx", inputs, config)
         compare(f"dynamo_threshold_net.onnx, {label}", result, expected, rtol=1e-5, atol=1e-5)
     # endregion
 
-    for hint in sorted({h for h, got in honoured.items() if got == h}):  # what this CPU runs
-        every_model_at(hint, EXPORTED)
+    every_model_in_each_precision(EXPORTED)
 
 
 # region kernel_type
@@ -1092,8 +1102,17 @@ def every_model_at(hint, exported):
             median = float(np.median(np.abs(got - wanted))) / scale
             assert median <= 2 * eps, (path, hint, median)
             worst = max(worst, median / eps)
-    print(f"  {len(exported)} models in {hint}, C++ and Python ops: they agree; median difference")
-    print(f"    from PyTorch {worst:.1f} roundings of the largest output at most")
+    print(f"  this CPU, {hint} hint: {len(exported)} models, C++ and Python ops agree; the median")
+    print(f"  this CPU, {hint} hint: difference from PyTorch is {worst:.1f} roundings at most")
+
+
+def every_model_in_each_precision(exported):
+    """every_model_at each precision hint this CPU honours (step 7's HONOURED); one line if none."""
+    hints = sorted(hint for hint, got in HONOURED.items() if got == hint)
+    for hint in hints:
+        every_model_at(hint, exported)
+    if not hints:
+        print("  this CPU, bf16 and f16 hints: both ignored, every model ran in f32 above")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1278,8 +1297,7 @@ def step9_export_dynamo_false():
     # endregion
 
     if cpp_ops is not None:  # every model in each precision this CPU honours, as step 7 did
-        for hint in sorted({h for h, got in HONOURED.items() if got == h}):
-            every_model_at(hint, {f"{name}.onnx": MODELS[name] for name in MODELS})
+        every_model_in_each_precision({f"{name}.onnx": MODELS[name] for name in MODELS})
 
 # ---------------------------------------------------------------------------------------------
 # Test-only helpers
@@ -1295,13 +1313,29 @@ def core_with(threshold, dual_residual, foo):
     return core
 
 
-def default_precision(capabilities) -> str:
-    """The CPU plugin's precision without a hint (openvino's src/plugins/intel_cpu/src/config.cpp):
-    bf16 on an x86 CPU with AVX512_BF16, f16 on an Arm CPU with f16 arithmetic, else f32."""
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        flags = pathlib.Path("/proc/cpuinfo").read_text().split()
-        return "bf16" if "avx512_bf16" in flags else "f32"
-    return "f16" if "FP16" in capabilities else "f32"
+def plugin_rule(capabilities, flags=None, machine=None) -> dict:
+    """What OpenVINO's CPU plugin does on a CPU, by its source: the precision it infers in by
+    default (config.cpp: bf16 on x86 with AVX512_BF16, f16 on Arm with f16 arithmetic, else
+    f32), the precision each hint gives (config.cpp takes a bf16 or f16 hint only where
+    utils/precision_support.cpp's hasHardwareSupport says so, else keeps the default), and the
+    type step 7's custom node is handed (transformation_pipeline.cpp: a bf16 or f16 model
+    becomes f32 where that type has no hardware support; f16 stays f16 only under the f16
+    precision). FLAGS: /proc/cpuinfo's flags (read when None); MACHINE: platform.machine()."""
+    machine = (machine or platform.machine()).lower()
+    if machine in ("x86_64", "amd64"):
+        if flags is None:
+            flags = set(pathlib.Path("/proc/cpuinfo").read_text().split())
+        avx512_core = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+        avx2_vnni_2 = {"avx_vnni_int8", "avx_ne_convert"} <= flags  # oneDNN's avx2_vnni_2
+        bf16, f16 = avx512_core or avx2_vnni_2, "avx512_fp16" in flags or avx2_vnni_2
+        default = "bf16" if "avx512_bf16" in flags else "f32"
+    else:  # Arm: f16 where the CPU computes in it (OPTIMIZATION_CAPABILITIES lists FP16), no bf16
+        bf16, f16 = False, "FP16" in capabilities
+        default = "f16" if f16 else "f32"
+    honoured = {"bf16": "bf16" if bf16 else default, "f16": "f16" if f16 else default}
+    handed = {"threshold_bf16.onnx": "bf16" if bf16 else "f32",  # no hint
+              "threshold_f16.onnx": "f16" if honoured["f16"] == "f16" else "f32"}  # f16 hint
+    return {"default": default, "honoured": honoured, "handed": handed}
 
 
 def threshold_flips(model, inputs, config) -> int:
@@ -1347,11 +1381,11 @@ CAUSES = {
         "node's extension fixes both",
         3,
     ),
-    "Unsupported operation of type: CstThreshold": (
+    "Evaluation failed on rknn_cst::CstThreshold": (
         "OpenVINO",
-        "the C++ op's `has_evaluate()` is false for the element type the CPU plugin hands it "
-        "(bf16 for a bf16 model on an x86 CPU with AVX-512, f16 where the plugin infers in f16): "
-        "evaluate f32, f16 and bf16",
+        "`Model.evaluate` called the C++ op's `evaluate` on the model's own element type (bf16 or "
+        "f16), which it refuses; `compile_model` fails the same way (`Unsupported operation of "
+        "type`) where the CPU plugin hands the node that type: evaluate f32, f16 and bf16",
         7,
     ),
     "Bad cast from: St6vectorIdSaIdEE to: St6vectorIfSaIfEE": (

@@ -152,7 +152,7 @@ def step1_models():
     # region step1
     torch.manual_seed(0)
     x, y = torch.randn(1, 3, 10, 10), torch.randn(1, 3, 10, 10)  # NCHW, as RKNN's inference takes
-    threshold_model = torch.nn.Threshold(0.1, 20.0).eval()  # y = x if x > 0.1 else 20
+    threshold_model = torch.nn.Threshold(0.1, 20.0).eval()  # y = 20 if x <= 0.1 else x
     dual_residual_model = DualResidual(alpha=0.5).eval()
     conv_model = ConvThresholdConv().eval()
     deform_model = DeformConvNet().eval()
@@ -381,7 +381,7 @@ def step3_export_torchscript():
 
 # region cstThreshold
 class cstThreshold:  # noqa: N801 - named as the vendor names them (RKNN matches by op_type)
-    """The simulator's kernel for rknn_cst::cstThreshold: y = x if x > threshold else value."""
+    """The simulator's kernel for rknn_cst::cstThreshold: torch's rule, NaN included."""
 
     op_type = "cstThreshold"  # the node's op_type
 
@@ -392,7 +392,10 @@ class cstThreshold:  # noqa: N801 - named as the vendor names them (RKNN matches
         x = inputs[0]
         threshold = get_node_attr(node, "threshold")  # the node's attributes, as exported
         value = get_node_attr(node, "value")
-        return [np.where(x > threshold, x, value).astype(x.dtype)]
+        # x <= threshold gives value, else x (NaN stays NaN). The simulator hands float32; a
+        # float16 x is compared in float32 too, as PyTorch's CPU kernel does.
+        below = x.astype(np.float32) <= np.float32(threshold)
+        return [np.where(below, value, x).astype(x.dtype)]
 # endregion
 
 

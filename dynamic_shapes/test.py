@@ -44,7 +44,7 @@ NEEDS = "torch.onnx.ops, and is_in_onnx_export under dynamo=True, are in 2.8"
 class ThresholdModel(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.threshold = torch.nn.Threshold(0.1, 20)  # y = x if x > 0.1 else 20
+        self.threshold = torch.nn.Threshold(0.1, 20)  # y = 20 if x <= 0.1 else x
 
     def forward(self, x):
         y = self.threshold(x)
@@ -326,8 +326,8 @@ threshold_schema = OpSchema(
     outputs=[OpSchema.FormalParameter("Y", "T")],
     type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
     attributes=[
-        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "keep x above this"),
-        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "written elsewhere"),
+        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "x <= this gives value"),
+        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "given where x <= threshold"),
     ],
 )
 cst_threshold = onnxscript.values.Op(rknn_cst, "cstThreshold", threshold_schema)

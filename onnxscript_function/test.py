@@ -347,10 +347,11 @@ rknn_cst = onnxscript.values.Opset(domain="rknn_cst", version=1)
 
 
 # The node keeps its custom name and attributes, for a runtime that has a kernel for it; other
-# runtimes run the body. torch's rule, NaN included: x <= threshold gives value, else x.
+# runtimes run the body. torch's rule, NaN included: x <= threshold gives value, else x. The
+# comparison is in float32 (FLOAT.dtype), as PyTorch compares float16 and bfloat16 inputs.
 @onnxscript.script(rknn_cst)
 def cstThreshold(X, threshold: float, value: float):
-    below = X <= opset15.CastLike(threshold, X)
+    below = opset15.Cast(X, to=FLOAT.dtype) <= threshold
     return opset15.Where(below, opset15.CastLike(value, X), X)
 
 

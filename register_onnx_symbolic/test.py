@@ -48,7 +48,7 @@ NEEDS_2_6 = "custom_translation_table came with 2.6; on 2.4 dynamo=True is torch
 class ThresholdModel(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.threshold = torch.nn.Threshold(0.1, 20)  # y = x if x > 0.1 else 20
+        self.threshold = torch.nn.Threshold(0.1, 20)  # y = 20 if x <= 0.1 else x
 
     def forward(self, x):
         return self.threshold(x)
@@ -130,8 +130,8 @@ threshold_schema = OpSchema(
     outputs=[OpSchema.FormalParameter("Y", "T")],
     type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
     attributes=[
-        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "keep x above this"),
-        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "written elsewhere"),
+        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "x <= this gives value"),
+        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "given where x <= threshold"),
     ],
 )
 cst_threshold = onnxscript.values.Op(rknn_cst, "cstThreshold", threshold_schema)
@@ -431,7 +431,10 @@ class cstThreshold(OpRun):
 
     def _run(self, x, param=None):
         threshold, value = param
-        return (np.where(x > np.float32(threshold), x, np.float32(value)).astype(x.dtype),)
+        # torch's rule, NaN included: x <= threshold gives value, else x. float16 and bfloat16
+        # compare in float32, as PyTorch's CPU kernel does.
+        below = x.astype(np.float32) <= np.float32(threshold)
+        return (np.where(below, value, x).astype(x.dtype),)
 # endregion
 
 
@@ -562,11 +565,17 @@ def step6_source_call():
 # region threshold_standard_ops
 @parse_args("v", "f", "f")
 def threshold_standard_ops(g, x, threshold, value):
-    # y = x where x > threshold, else value. Constants are float32 to match a float32 model;
-    # opset 12 has no CastLike to follow the input's dtype.
-    threshold_c = g.op("Constant", value_t=torch.tensor(threshold, dtype=torch.float32))
-    value_c = g.op("Constant", value_t=torch.tensor(value, dtype=torch.float32))
-    return g.op("Where", g.op("Greater", x, threshold_c), x, value_c)
+    # torch's rule, NaN included: y = value where x <= threshold, else x. The constants take
+    # the input's dtype (opset 12 has no CastLike); float16 and bfloat16 inputs compare in
+    # float32, as PyTorch's CPU kernel does.
+    dtype = x.type().dtype()  # the dtype of the input the export traced
+    compared, compare_dtype = x, dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        compared = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+        compare_dtype = torch.float32
+    threshold_c = g.op("Constant", value_t=torch.tensor(threshold, dtype=compare_dtype))
+    value_c = g.op("Constant", value_t=torch.tensor(value, dtype=dtype))
+    return g.op("Where", g.op("LessOrEqual", compared, threshold_c), value_c, x)
 # endregion
 
 
@@ -580,7 +589,11 @@ def step7_standard_ops():
     compare("threshold_standard.onnx", actual, model(x), rtol=0, atol=0)  # a selection: exact
     # endregion
     ops = [n.op_type for n in harness.show("threshold_standard.onnx").graph.node]
-    assert ops == ["Constant", "Greater", "Constant", "Where"], ops
+    assert sorted(ops) == ["Constant", "Constant", "LessOrEqual", "Where"], ops  # 2.2: in another order
+    edges = x.clone()  # torch's rule where randn does not go: NaN, the threshold, infinities
+    edges.view(-1)[:6] = torch.tensor([float("nan"), 0.1, float("inf"), -float("inf"), 0.09, 0.11])
+    (actual,) = run_ort("threshold_standard.onnx", {"input": edges.numpy()})
+    np.testing.assert_array_equal(actual, model(edges).numpy(), err_msg="NaN, 0.1, inf")
 
 
 # --- 8. Override a built-in rule ---

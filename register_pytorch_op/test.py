@@ -586,9 +586,6 @@ def custom_nodes(path):
 
 def step7_deploy():
     """Deploying a model with a custom-domain node"""
-    if harness.TORCH < (2, 4):  # step 5, which writes dual_residual.onnx, needs dynamo= (2.4)
-        why = "its models come from steps 3 and 5, and step 5 needs torch.onnx.export's dynamo="
-        raise harness.NeedsTorch("2.4", why)
     if harness.TORCH < (2, 6):  # step 3, which writes dual_residual_dynamo.onnx, needs torch 2.6
         if not os.path.isfile("dual_residual.onnx"):
             raise harness.Skip("needs the model of step 5: dual_residual.onnx")

@@ -1,4 +1,5 @@
-"""What deploy_openvino/test.py writes and builds, its kernels on f16 and bf16, its tolerance, and its Notes' facts."""
+"""What deploy_openvino/test.py writes and builds, its kernels on f16 and bf16 (their own code paths, called directly:
+on any CPU), its tolerance, and its Notes' facts."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ LOW = {  # element type -> (ONNX's, torch's, one unit in the last place at 1)
     "f16": (onnx.TensorProto.FLOAT16, torch.float16, 2.0**-10),
     "bf16": (onnx.TensorProto.BFLOAT16, torch.bfloat16, 2.0**-7),
 }
+KINDS = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}  # kernel_host's TYPE -> torch's
 OV_TYPES = ("CstThreshold", "CstDualResidual", "Foo", "FooOv")  # the ops as OpenVINO names them
 
 
@@ -128,36 +130,133 @@ def retyped(source: pathlib.Path, elem_type: int, path: pathlib.Path) -> pathlib
     return path
 
 
+def raw(tensors) -> bytes:
+    """TENSORS' bytes, one after another, as a kernel reads them (f16, bf16: 16-bit patterns)."""
+    return b"".join(t.contiguous().view(torch.uint8).numpy().tobytes() for t in tensors)
+
+
+def unraw(data: bytes, dtype, shapes) -> list:
+    """The tensors of DTYPE and SHAPES that DATA's bytes hold, one after another."""
+    values = torch.frombuffer(bytearray(data), dtype=dtype)
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    assert values.numel() == sum(sizes), (values.numel(), sizes)
+    return [part.reshape(shape) for part, shape in zip(values.split(sizes), shapes, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def kernel_host(run, tmp_path_factory):
+    """tests/kernel_host.cpp, compiled as test_the_cpp_rounding_is_numpys compiles its program: it calls a C++ op's
+    has_evaluate() and evaluate() on tensors of one element type, no plugin in between."""
+    folder = tmp_path_factory.mktemp("kernel_host")
+    (library,) = PACKAGE.glob("libs/libopenvino.so.*")
+    compile_ = [os.environ.get("CXX", "c++"), "-std=c++17", "-O2", f"-I{PACKAGE / 'include'}",
+                str(ROOT / "tests" / "kernel_host.cpp"), "-o", "kernel_host", str(library),
+                f"-Wl,-rpath,{PACKAGE / 'libs'}"]
+    subprocess.run(compile_, cwd=folder, check=True, capture_output=True)
+
+    def evaluate(library, model, kind, inputs, shapes):
+        """LIBRARY's op in MODEL, on INPUTS of KIND: has_evaluate(), evaluate(), the outputs (of SHAPES)."""
+        (folder / "in.bin").write_bytes(raw(inputs))
+        (folder / "out.bin").unlink(missing_ok=True)
+        command = [str(folder / "kernel_host"), str(library), str(model), kind, "in.bin", "out.bin"]
+        result = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        has, evaluated = (bool(int(flag)) for flag in result.stdout.split()[1::2])
+        outputs = unraw((folder / "out.bin").read_bytes(), KINDS[kind], shapes) if evaluated else None
+        return has, evaluated, outputs
+
+    return evaluate
+
+
+def python_evaluate(core, model, kind, inputs, shapes):
+    """The same for a Python op (step 4's openvino.Op): its own has_evaluate() and evaluate(), called directly."""
+    (node,) = [op for op in core.read_model(str(model)).get_ops() if op.get_type_name() in OV_TYPES]
+    element_type = {"f32": openvino.Type.f32, "f16": openvino.Type.f16, "bf16": openvino.Type.bf16}[kind]
+    parameters = [openvino.op.Parameter(element_type, openvino.Shape(list(t.shape))).output(0) for t in inputs]
+    typed = node.clone_with_new_inputs(parameters)  # the Python op again (its class), on KIND's inputs
+    feeds = [openvino.Tensor(element_type, list(t.shape)) for t in inputs]
+    for feed, value in zip(feeds, inputs, strict=True):  # the bits (.data shows bf16 as float16)
+        feed.data.view(np.uint8).reshape(-1)[:] = np.frombuffer(raw([value]), dtype=np.uint8)
+    outputs = [openvino.Tensor(typed.get_output_element_type(i), list(typed.get_output_shape(i)))
+               for i in range(typed.get_output_size())]
+    has, evaluated = typed.has_evaluate(), typed.evaluate(outputs, feeds)
+    if not evaluated:
+        return has, evaluated, None
+    return has, evaluated, unraw(b"".join(t.data.view(np.uint8).tobytes() for t in outputs), KINDS[kind], shapes)
+
+
+def bits_differ(actual, wanted):
+    """Where ACTUAL and WANTED differ bit for bit (-0.0 is not 0.0); NaN matches NaN, whatever its payload."""
+    bits = {2: torch.int16, 4: torch.int32}[wanted.element_size()]
+    nan = torch.isnan(wanted)
+    return (torch.isnan(actual) != nan) | (~nan & (actual.view(bits) != wanted.view(bits)))
+
+
+def kernel_inputs(name, dtype, shapes):
+    """Random inputs held exactly by DTYPE; for threshold also NaN, +-inf, 0.1 and its neighbours in DTYPE."""
+    torch.manual_seed(1)
+    inputs = [torch.randn(shape).to(dtype) for shape in shapes]
+    if name == "threshold":
+        near = torch.tensor(0.1).to(dtype)  # 0.1 in DTYPE: above float32's 0.1 in bf16, below it in f16
+        info = torch.finfo(dtype)
+        edges = torch.tensor([float("nan"), -float("inf"), float("inf"), 0.0, -0.0, 20.0, -20.0, info.max, -info.max,
+                              info.smallest_normal, info.smallest_normal / 2, 1.0, -1.0], dtype=dtype)
+        edges = torch.cat([edges, near.reshape(1), torch.nextafter(near, torch.tensor(1.0, dtype=dtype)).reshape(1),
+                           torch.nextafter(near, torch.tensor(0.0, dtype=dtype)).reshape(1)])
+        inputs[0].view(-1)[: 3 * len(edges)] = edges.repeat(3)  # three times, first
+    return inputs
+
+
 @pytest.mark.parametrize("kind", ["f16", "bf16"])
 @pytest.mark.parametrize("name", ["threshold", "dual_residual", "foo"])
-def test_the_kernels_compute_f16_and_bf16(run, cores, tmp_path, name, kind):
-    """Step 7: each op, C++ and Python, evaluated on f16 and bf16 tensors (Model.evaluate: on every CPU)."""
-    elem_type, dtype, ulp = LOW[kind]
-    path = retyped(run.out / f"{name}.onnx", elem_type, tmp_path / f"{name}_{kind}.onnx")
-    torch.manual_seed(1)
-    model = {"threshold": torch.nn.Threshold(0.1, 20), "dual_residual": example.DualResidual(),
-             "foo": example.Foo()}[name]
-    shapes = [(1, 3, 16, 16)] * (1 if name == "threshold" else 2)
-    inputs = [torch.randn(shape).to(dtype).float() for shape in shapes]  # held exactly by dtype
-    # PyTorch's float32 result rounded to the type (both round to nearest even: NumPy's, ml_dtypes', rounded<T>)
-    expected = [t.to(dtype).float().numpy() for t in example.pytorch_outputs(model, inputs)]
-    results = {}
-    for label, core in cores.items():
-        network = core.read_model(str(path))
-        (node,) = [op for op in network.get_ops() if op.get_type_name() in OV_TYPES]
-        element_type = node.get_input_element_type(0)
-        assert element_type.get_type_name() == kind, node
-        feeds = [openvino.Tensor(element_type, list(value.shape)) for value in inputs]
-        for tensor, value in zip(feeds, inputs, strict=True):
-            example.store(tensor, value.numpy())
-        outputs = [openvino.Tensor(element_type, [1]) for _ in network.outputs]
-        assert network.evaluate(outputs, feeds), (label, name, kind)
-        results[label] = [example.as_float32(t) for t in outputs]
-        # within one ulp (a compiler may fuse x * alpha - y; Foo sums in another order); threshold picks: exactly
-        for actual, wanted in zip(results[label], expected, strict=True):
-            np.testing.assert_allclose(actual, wanted, rtol=0 if name == "threshold" else ulp, atol=0, err_msg=label)
-    for cpp, python in zip(results["C++"], results["Python"], strict=True):
-        np.testing.assert_allclose(cpp, python, rtol=ulp if name == "foo" else 0, atol=0)
+def test_the_kernels_compute_f16_and_bf16(run, cores, kernel_host, name, kind):
+    """Step 7 on any CPU: each op's own f16 and bf16 code, called directly, matches PyTorch in that type, and step
+    5's f32-only library fails the same test.
+
+    On a CPU without f16 or bf16 hardware, where the plugin hands the ops f32 only, tests/kernel_host.cpp still
+    calls each C++ op's has_evaluate() and evaluate() on f16 and bf16 tensors, as the CPU plugin calls them on a
+    CPU with the hardware: libcst_ops.so accepts both types and matches PyTorch, failures/libcst_ops_f32_only.so
+    refuses both (and computes f32). The host loads a library with add_extension, reads the f32 model, clones its
+    rknn_cst node onto f16 or bf16 Parameters and calls the clone, no plugin and no Model.evaluate in between.
+    Step 4's Python ops (openvino.Op) are cloned and their has_evaluate() and evaluate() called the same way."""
+    _, dtype, ulp = LOW[kind]
+    model = run.out / f"{name}.onnx"
+    shapes = [[d.dim_value for d in x.type.tensor_type.shape.dim] for x in run.model(f"{name}.onnx").graph.input]
+    inputs = kernel_inputs(name, dtype, shapes)
+    op = {"threshold": torch.nn.Threshold(0.1, 20), "dual_residual": example.DualResidual(), "foo": example.Foo()}[name]
+    with torch.no_grad():
+        if name == "threshold":  # PyTorch's own kernel in DTYPE: it compares in float32, x <= 0.1 -> 20
+            expected = list(example.pytorch_outputs(op, inputs))
+        else:  # the kernels compute in float32 and round once: PyTorch's float32 result rounded to DTYPE
+            expected = [t.to(dtype) for t in example.pytorch_outputs(op, [t.float() for t in inputs])]
+    out_shapes = [list(t.shape) for t in expected]
+    results = {
+        "C++": kernel_host(run.out / "libcst_ops.so", model, kind, inputs, out_shapes),
+        "Python": python_evaluate(cores["Python"], model, kind, inputs, out_shapes),
+    }
+    for label, (has, evaluated, outputs) in results.items():
+        assert (has, evaluated) == (True, True), f"{label} {name} in {kind}: has_evaluate {has}, evaluate {evaluated}"
+        for number, (actual, wanted) in enumerate(zip(outputs, expected, strict=True)):
+            message = f"{label} {name}[{number}] in {kind}"
+            if name == "threshold":  # the kernel picks x or 20: bit for bit, NaN kept
+                wrong = bits_differ(actual, wanted)
+                shown = [t[wrong].tolist()[:5] for t in (inputs[0], actual, wanted)]
+                assert not wrong.any(), f"{message}: x {shown[0]}, kernel {shown[1]}, PyTorch {shown[2]}"
+            else:  # within one ulp (a compiler may fuse x * alpha - y; Foo sums in another order)
+                np.testing.assert_allclose(actual.float(), wanted.float(), rtol=ulp, atol=0, err_msg=message)
+    for cpp, python in zip(results["C++"][2], results["Python"][2], strict=True):
+        np.testing.assert_allclose(cpp.float(), python.float(), rtol=ulp if name == "foo" else 0, atol=0)
+
+    # The mistake step 7 teaches, in the same test: an f32-only kernel refuses DTYPE, and computes f32 (the control)
+    f32_only = run.out / "failures" / "libcst_ops_f32_only.so"
+    has, evaluated, _ = kernel_host(f32_only, model, kind, inputs, out_shapes)
+    assert (has, evaluated) == (False, False), f"f32-only {name} in {kind}: has_evaluate {has}, evaluate {evaluated}"
+    floats = [t.float() for t in inputs]
+    has, evaluated, outputs = kernel_host(f32_only, model, "f32", floats, out_shapes)
+    assert (has, evaluated) == (True, True), f"f32-only {name} in f32: has_evaluate {has}, evaluate {evaluated}"
+    with torch.no_grad():
+        for actual, wanted in zip(outputs, example.pytorch_outputs(op, floats), strict=True):
+            np.testing.assert_allclose(actual, wanted, rtol=RTOL, atol=ATOL, err_msg=f"f32-only {name} in f32")
 
 
 def test_the_cpp_rounding_is_numpys(run, tmp_path):
@@ -198,18 +297,39 @@ int main() {
     assert not np.array_equal(bits[:, 3], wanted[1]), "ov::bfloat16(float) rounds as NumPy now"
 
 
+AVX512_CORE = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+CPU_KINDS = {  # the CPUs this repository has run on: (machine, flags, capabilities) -> what each run printed
+    "EPYC, AVX512_BF16": (("x86_64", AVX512_CORE | {"avx512_bf16"}, ["BF16", "FP32"]),
+                          ("bf16", {"bf16": "bf16", "f16": "bf16"}, "bf16", "f32")),
+    "Xeon, AVX512_FP16 and AMX": (("x86_64", AVX512_CORE | {"avx512_bf16", "avx512_fp16", "amx_tile"},
+                                   ["BF16", "FP16", "FP32"]), ("bf16", {"bf16": "bf16", "f16": "f16"}, "bf16", "f16")),
+    "Xeon, AVX-512 only": (("x86_64", AVX512_CORE | {"avx512_vnni"}, ["WINOGRAD", "FP32"]),
+                           ("f32", {"bf16": "bf16", "f16": "f32"}, "bf16", "f32")),
+    "EPYC, AVX2 only": (("x86_64", {"avx", "avx2", "fma"}, ["FP32", "INT8"]),
+                        ("f32", {"bf16": "f32", "f16": "f32"}, "f32", "f32")),
+    "Arm with f16 arithmetic": (("aarch64", set(), ["FP16", "FP32"]),  # from the source only: not run yet
+                                ("f16", {"bf16": "f16", "f16": "f16"}, "f32", "f16")),
+}
+
+
+@pytest.mark.parametrize("kind", CPU_KINDS)
+def test_the_plugin_rule_gives_what_each_kind_of_cpu_did(kind):
+    """Step 7 checks this CPU's lines against plugin_rule; here the rule gives what the other kinds of CPU printed
+    (the first four from their runs of step 7: the default, each hint, the type handed to each model's node)."""
+    (machine, flags, capabilities), (default, honoured, bf16_node, f16_node) = CPU_KINDS[kind]
+    rule = example.plugin_rule(capabilities, flags, machine)
+    assert rule == {"default": default, "honoured": honoured,
+                    "handed": {"threshold_bf16.onnx": bf16_node, "threshold_f16.onnx": f16_node}}, kind
+
+
 def test_the_element_type_the_plugin_hands_the_kernel(run, cores, tmp_path):
     """Step 7 and its Notes, from OpenVINO's source (precision_support.cpp): which element type reaches the kernel."""
     source = run.out / "threshold.onnx"
     handed = {kind: example.kernel_type(cores["C++"], str(retyped(source, elem_type, tmp_path / f"{kind}.onnx")), {})
               for kind, (elem_type, _, _) in LOW.items()}
-    precision = cores["C++"].compile_model(str(source), "CPU").get_property("INFERENCE_PRECISION_HINT").get_type_name()
-    assert handed["f16"] == ("f16" if precision == "f16" else "f32"), handed  # f32 unless the plugin infers in f16
-    flags = set(pathlib.Path("/proc/cpuinfo").read_text().split())
-    if platform.machine() == "x86_64" and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
-        assert handed["bf16"] == "bf16", handed  # avx512_core keeps a bf16 model's bf16
-    elif platform.machine() != "x86_64":
-        assert handed["bf16"] == "f32", handed  # no bf16 path on Arm
+    rule = example.plugin_rule(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    assert handed["bf16"] == rule["handed"]["threshold_bf16.onnx"], (handed, rule)  # no hint, as step 7
+    assert handed["f16"] == ("f16" if rule["default"] == "f16" else "f32"), (handed, rule)  # no hint here
     bf16 = cores["C++"].compile_model(str(run.out / "threshold_net.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
     kinds = {op.get_rt_info()["layerType"].astype(str): op.get_rt_info()["runtimePrecision"].astype(str)
              for op in bf16.get_runtime_model().get_ordered_ops()}
@@ -313,6 +433,40 @@ def test_the_opset_ops_hold_over_seeds_and_at_the_threshold(symbolics, tmp_path)
     export(model, (x,), tmp_path / "edges.onnx")
     (actual,) = example.run_openvino(core, str(tmp_path / "edges.onnx"), (x,))
     np.testing.assert_array_equal(actual, model(x).numpy())
+
+
+@pytest.mark.parametrize("kind", ["f32", "f16", "bf16"])
+def test_the_opset_threshold_compares_in_float32_as_pytorch(symbolics, tmp_path, kind):
+    """Step 3: threshold_from_ops compares in f32, as PyTorch's CPU kernel does for f16 and bf16 inputs: at x =
+    -0.099609375 in bf16, Threshold(-0.1, 20) keeps x (a threshold rounded to bf16 would give 20). NaN stays NaN. Both
+    Model.evaluate (the model's own type, on any CPU) and the CPU plugin (at each hint this CPU honours) agree."""
+    dtype = KINDS[kind]
+    core = openvino.Core()
+    core.add_extension(example.ConversionExtension("cstThreshold", "rknn_cst", example.threshold_from_ops))
+    model = torch.nn.Threshold(-0.1, 20).eval()
+    export(model, (torch.randn(1, 1, 1, 16),), tmp_path / "threshold.onnx")
+    path = tmp_path / "threshold.onnx"
+    if kind != "f32":
+        path = retyped(path, LOW[kind][0], tmp_path / f"threshold_{kind}.onnx")
+    near = torch.tensor(-0.1, dtype=dtype)  # -0.1 rounded to DTYPE, and its neighbours
+    up = torch.nextafter(near, torch.tensor(1.0, dtype=dtype))
+    down = torch.nextafter(near, torch.tensor(-1.0, dtype=dtype))
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 20.0, 1.0, -1.0, -0.099609375, -0.1,
+                      -0.10009765625, 0.1, 0, 0, 0, 0], dtype=dtype)
+    x[-3:] = torch.stack([near, up, down])
+    x = x.reshape(1, 1, 1, 16)
+    wanted = model(x).float().numpy()
+    assert np.isnan(wanted[0, 0, 0, 0]) and (kind != "bf16" or wanted[0, 0, 0, 8] == np.float32(-0.099609375))
+    network = core.read_model(str(path))
+    feed = openvino.Tensor(network.input(0).get_element_type(), list(x.shape))
+    example.store(feed, x.float().numpy())
+    result = openvino.Tensor(network.output(0).get_element_type(), list(x.shape))
+    assert network.evaluate([result], [feed])
+    np.testing.assert_array_equal(example.as_float32(result), wanted, err_msg=f"Model.evaluate, {kind}")
+    rule = example.plugin_rule(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    for hint in sorted({"f32", *(h for h, got in rule["honoured"].items() if got == h)}):
+        (actual,) = example.run_typed(core, str(path), [x], {"INFERENCE_PRECISION_HINT": hint})
+        np.testing.assert_array_equal(actual, wanted, err_msg=f"the CPU plugin, a {kind} model, {hint} hint")
 
 
 def test_the_onnxruntime_wheel_ships_its_library_but_no_headers():

@@ -287,3 +287,66 @@ def test_second_half_without_step_2s_models(run, tmp_path):
     step6 = "converted the four dynamo=False models only: exported on torch 2.4.1, where step 2"
     assert step6 in proc.stdout, proc.stdout[-3000:]
     assert "Unsupport onnx opset 20" not in proc.stdout
+
+
+# ---- cstThreshold: PyTorch's rule (x <= threshold gives value, else x; NaN stays NaN), where randn never goes ----
+
+THRESHOLD_CLASS = """
+import importlib.util, sys
+import numpy as np
+import onnx
+sys.argv = ["test.py", "--rknn-half"]  # test.py imports RKNN's half with this flag
+spec = importlib.util.spec_from_file_location("deploy_rknn_example", TEST_PY)
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+registry = example.RKNN()
+assert registry.reg_custom_op(example.cstThreshold()) == 0
+registry.release()
+rknn = example.to_rknn("threshold.onnx")  # step 6's: build in float16, the simulator
+(out,) = rknn.inference(inputs=[np.load("edges.npy")], data_format="nchw")
+rknn.release()
+np.save("simulator.npy", out)
+for threshold in (0.1, 0.3):  # the class on its own, on float16: the simulator hands it float32 only
+    node = onnx.helper.make_node("cstThreshold", ["x"], ["y"], domain="rknn_cst", threshold=threshold, value=20.0)
+    (y,) = example.cstThreshold().compute(node, [np.load(f"edges16_{threshold}.npy")])
+    np.save(f"class16_{threshold}.npy", y)
+"""
+
+
+def threshold_edges(dtype, threshold: float = 0.1) -> np.ndarray:
+    """A [1, 3, 10, 10] DTYPE array: NaN, +-inf, +-0, ordinary values, values around THRESHOLD (float32: it, its
+    float32 neighbours, and float16's five values around it as float32; float16: its five values around it), then
+    randn."""
+    t = np.float32(threshold)
+    bits = int(np.array([t]).astype(np.float16).view(np.uint16)[0])
+    near = list(np.arange(bits - 2, bits + 3, dtype=np.uint16).view(np.float16).astype(np.float32))
+    if dtype == np.float32:
+        near += [t, np.nextafter(t, np.float32(np.inf)), np.nextafter(t, np.float32(-np.inf)), np.float32(0.100004)]
+    values = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.5, 3.25, 20.0, *near], np.float32)
+    x = np.random.default_rng(0).standard_normal((1, 3, 10, 10)).astype(np.float32)
+    x.flat[: len(values)] = values
+    return x.astype(dtype)
+
+
+def test_cst_threshold_class_follows_torch_in_the_simulator(run, tmp_path):
+    """Step 5's class in RKNN's simulator (threshold.onnx built in float16): its outputs are PyTorch's rounded to
+    float16, bit for bit (NaN, +-inf, 0.1 and its neighbours included). Called directly on float16 arrays, it
+    compares in float32 as PyTorch's CPU kernel does (at 0.3 float16's nearest value is above it)."""
+    shutil.copy(run.out / "threshold.onnx", tmp_path)
+    x = threshold_edges(np.float32)
+    np.save(tmp_path / "edges.npy", x)
+    for threshold in (0.1, 0.3):
+        np.save(tmp_path / f"edges16_{threshold}.npy", threshold_edges(np.float16, threshold))
+    run_in_rknn_environment(f"TEST_PY = {str(ROOT / NAME / 'test.py')!r}\n" + THRESHOLD_CLASS, tmp_path)
+    simulator = np.load(tmp_path / "simulator.npy")
+    expected = torch.nn.Threshold(0.1, 20.0)(torch.from_numpy(x)).numpy()
+    assert simulator.dtype == np.float32 and simulator.shape == expected.shape
+    np.testing.assert_array_equal(  # RKNN rounds the class's float32 outputs to float16 (step 6)
+        simulator, expected.astype(np.float16).astype(np.float32), err_msg="cstThreshold in the simulator"
+    )
+    for threshold in (0.1, 0.3):
+        x16 = np.load(tmp_path / f"edges16_{threshold}.npy")
+        actual = np.load(tmp_path / f"class16_{threshold}.npy")
+        assert actual.dtype == np.float16, actual.dtype
+        expected = torch.nn.Threshold(threshold, 20.0)(torch.from_numpy(x16)).numpy()
+        np.testing.assert_array_equal(actual, expected, err_msg=f"cstThreshold on float16, threshold {threshold}")

@@ -145,6 +145,52 @@ def test_threshold_function_is_exact_on_random_and_special_inputs(run):
         np.testing.assert_array_equal(run_model(run, "threshold_function.onnx", x), expected)  # NaN == NaN here
 
 
+
+def threshold_edges(dtype, threshold: float) -> np.ndarray:
+    """A (2, 3, 16) DTYPE array: NaN, +-inf, +-0, ordinary values, and DTYPE's five values around THRESHOLD (as
+    float32), the nearest on each side among them; then values from -1 to 1."""
+    bits = int(np.array([threshold], np.float32).astype(dtype).view(np.uint16)[0])
+    near = np.arange(bits - 2, bits + 3, dtype=np.uint16).view(dtype).astype(np.float32)
+    values = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.5, 3.25, 20.0, *near], np.float32)
+    x = np.linspace(-1, 1, 96, dtype=np.float32)
+    x[: len(values)] = values
+    return x.reshape(2, 3, 16).astype(dtype)
+
+
+@pytest.mark.parametrize("threshold", [0.1, 0.3])  # float16 rounds 0.1 down, 0.3 up; bfloat16 rounds 0.1 up
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_threshold_function_compares_float16_and_bfloat16_in_float32(run, dtype, threshold):
+    """The body on float16 and bfloat16 inputs (the model retyped, its node's threshold set) equals
+    torch.nn.Threshold's, which compares in float32. ONNX Runtime runs float16; it has no CPU Where for bfloat16
+    (which needs opset 16), so onnx.reference runs that one."""
+    from onnx.reference import ReferenceEvaluator
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    low, elem_type, torch_dtype = {
+        "float16": (np.float16, onnx.TensorProto.FLOAT16, torch.float16),
+        "bfloat16": (ml_dtypes.bfloat16, onnx.TensorProto.BFLOAT16, torch.bfloat16),
+    }[dtype]
+    model = run.model("threshold_function.onnx")
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.elem_type = elem_type
+    (attribute,) = [a for a in model.graph.node[0].attribute if a.name == "threshold"]
+    attribute.f = threshold
+    x = threshold_edges(low, threshold)
+    expected = torch.nn.Threshold(threshold, 20)(torch.from_numpy(x.astype(np.float32)).to(torch_dtype)).float()
+    if dtype == "float16":
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        (actual,) = session.run(None, {"input": x})
+    else:
+        for imports in (model.opset_import, model.functions[0].opset_import):
+            for opset in imports:
+                opset.version = 16 if opset.domain == "" else opset.version  # Where takes bfloat16 from 16
+        onnx.checker.check_model(model, full_check=True)
+        (actual,) = ReferenceEvaluator(model).run(None, {"input": x})
+    assert actual.dtype == x.dtype, actual.dtype
+    np.testing.assert_array_equal(
+        actual.astype(np.float32), expected.numpy(), err_msg=f"{dtype}: not torch.nn.Threshold({threshold}, 20)"
+    )
+
 def test_torch_selu_is_computed_with_expm1_near_zero():
     """The README's reason for atol: torch's negative branch is alpha * expm1(x), the function's exp(x) - 1."""
     x = torch.tensor([-1e-6], dtype=torch.float32)

@@ -50,7 +50,7 @@ MODELS = {  # each model: its nodes (domain.op_type), its opset imports, the att
     "threshold_untyped.onnx": (CUSTOM, TWELVE, THRESHOLD),
     "failures/threshold_no_attributes.onnx": (CUSTOM, TWELVE, {}),
     "failures/threshold_float_list.onnx": (CUSTOM, TWELVE, {"param": ("FLOATS", [F32_0_1, 20.0])}),
-    "threshold_standard.onnx": (["Constant", "Greater", "Constant", "Where"], {"": 12}, None),
+    "threshold_standard.onnx": (["Constant", "LessOrEqual", "Constant", "Where"], {"": 12}, None),
     "elu_builtin.onnx": (["Elu"], {"": 12}, None),
     "asinh_opset9.onnx": (["Asinh"], {"": 9}, None),  # registered at opset 9, the symbolic serves 17 too
     "asinh_opset17.onnx": (["Asinh"], {"": 17}, None),
@@ -396,3 +396,166 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_2_and_5(tmp_path):
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     statuses = {n: s["status"] for n, s in summary["steps"].items()}
     assert statuses == {**{str(n): "runs" for n in range(1, 13)}, "2": "skipped", "5": "skipped"}, statuses
+
+
+# ---- Threshold: one meaning everywhere, PyTorch's (x <= threshold gives value, else x; NaN stays NaN) ----
+# The CPU kernel compares a float16 or bfloat16 x in float32. Each implementation is fed what randn never draws
+# and run in its runtime; the result must equal eager PyTorch's bit for bit (assert_array_equal: NaN equals NaN).
+
+
+def bfloat16():
+    return pytest.importorskip("ml_dtypes").bfloat16
+
+
+def nearest(dtype, threshold: float) -> list:
+    """The values of DTYPE around THRESHOLD (as float32): the nearest on each side, and one more either way."""
+    rounded = np.array([threshold], np.float32).astype(dtype)
+    bits = int(rounded.view(np.uint16)[0])
+    return list(np.array([bits - 2, bits - 1, bits, bits + 1, bits + 2], np.uint16).view(dtype).astype(np.float32))
+
+
+def threshold_edges(dtype, shape, threshold: float = 0.1, seed: int = 0) -> np.ndarray:
+    """A DTYPE array of SHAPE: NaN, +-inf, +-0, ordinary values, the threshold's neighbours in DTYPE (float32:
+    the threshold itself, its float32 neighbours, and float16's and bfloat16's nearest values as float32), then
+    randn."""
+    t = np.float32(threshold)
+    if dtype == np.float32:
+        near = [t, np.nextafter(t, np.float32(np.inf)), np.nextafter(t, np.float32(-np.inf))]
+        near += nearest(np.float16, threshold) + nearest(bfloat16(), threshold)
+    else:
+        near = nearest(dtype, threshold)
+    values = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.5, 3.25, 20.0, -20.0, *near], np.float32)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    x.flat[: len(values)] = values
+    return x.astype(dtype)
+
+
+def eager_threshold(x: np.ndarray, threshold: float = 0.1, value: float = 20.0) -> np.ndarray:
+    """torch.nn.Threshold on X's dtype (a bfloat16 array goes through float32, exactly), as a float32 array."""
+    dtype = {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16}.get(x.dtype, torch.bfloat16)
+    tensor = torch.from_numpy(x.astype(np.float32)).to(dtype)
+    return torch.nn.Threshold(threshold, value)(tensor).float().numpy()
+
+
+def assert_threshold_equal(actual, x, what: str, threshold: float = 0.1):
+    expected = eager_threshold(x, threshold)
+    actual = np.asarray(actual).astype(np.float32)  # exact from float16 and bfloat16
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
+    np.testing.assert_array_equal(actual, expected, err_msg=f"{what}: not torch.nn.Threshold({threshold}, 20)")
+
+
+def test_threshold_edges_hold_what_they_should():
+    x = threshold_edges(np.float32, (1, 3, 10, 10))
+    below, above = np.float32(0.0999755859375), np.float32(0.10009765625)  # float16's nearest 0.1
+    assert np.isnan(x).any() and {np.float32(0.1), below, above, np.float32(0.099609375)} <= set(x.flat)
+    assert eager_threshold(np.array([np.nan, 0.1, above], np.float32)).tolist()[1:] == [20.0, above]
+    assert np.isnan(eager_threshold(np.array([np.nan], np.float32)))[0]  # NaN kept: x <= t is false
+    # bfloat16's nearest 0.1 is above it: compared in float32 it is kept, in bfloat16 it would be 20
+    kept = eager_threshold(threshold_edges(bfloat16(), (1, 3, 10, 10)))
+    assert np.float32(0.10009765625) in set(kept.flat)
+
+
+def ortx():
+    """SessionOptions with onnxruntime-extensions' library: page_helpers' @onnx_op kernels (registered when the
+    example module imported page_helpers)."""
+    extensions = pytest.importorskip("onnxruntime_extensions")
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(extensions.get_library_path())
+    return options
+
+
+@pytest.mark.parametrize(
+    "filename",
+    ["threshold_custom.onnx", "threshold_untyped.onnx", "threshold_custom_dynamo.onnx",
+     "threshold_custom_dynamo_script.onnx"],
+)
+def test_stand_in_kernel_follows_torch_in_onnxruntime(run, example, filename):
+    """page_helpers' rknn_cst_kernels cstThreshold (float32 in and out), through ONNX Runtime."""
+    options = ortx()  # skips without onnxruntime-extensions
+    assert example.onnx_op is not None, "page_helpers did not register its kernels"
+    session = ort.InferenceSession(str(run.out / filename), options, providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(float)"  # the kernel takes float32 only
+    for seed in range(3):
+        x = threshold_edges(np.float32, (1, 3, 10, 10), seed=seed)
+        (actual,) = session.run(None, {session.get_inputs()[0].name: x})
+        assert_threshold_equal(actual, x, filename)
+
+
+def retyped(model: onnx.ModelProto, elem_type: int) -> onnx.ModelProto:
+    """MODEL with its graph's inputs and outputs typed ELEM_TYPE (a body that follows its input's type)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.elem_type = elem_type
+    return model
+
+
+LOW = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
+
+
+def numpy_dtype(name: str):
+    return bfloat16() if name == "bfloat16" else np.dtype(name)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_reference_evaluator_op_follows_torch(run, example, dtype):
+    """Step 5's cstThreshold (an OpRun for onnx.reference, style C's list) on float32, float16 and bfloat16."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = retyped(run.model("failures/threshold_float_list.onnx"), LOW[dtype])
+    evaluator = ReferenceEvaluator(model, new_ops=[example.cstThreshold])
+    x = threshold_edges(numpy_dtype(dtype), (1, 3, 10, 10))
+    (actual,) = evaluator.run(None, {"input": x})
+    assert actual.dtype == x.dtype, actual.dtype
+    assert_threshold_equal(actual, x, f"cstThreshold in onnx.reference, {dtype}")
+
+
+def export_standard_ops(example, tmp_path, dtype: str, threshold: float, opset: int) -> str:
+    """torch.nn.Threshold(THRESHOLD, 20) exported with step 7's symbolic from a DTYPE input."""
+    path = str(tmp_path / f"threshold_standard_{dtype}_{threshold}.onnx")
+    example.register_custom_op_symbolic("aten::threshold", example.threshold_standard_ops, 12)
+    x = torch.randn(1, 3, 10, 10).to(getattr(torch, dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript-based exporter's DeprecationWarning
+        torch.onnx.export(torch.nn.Threshold(threshold, 20).eval(), (x,), path, dynamo=False, opset_version=opset)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    return path
+
+
+def test_standard_ops_model_of_the_run_follows_torch(run):
+    """Step 7's threshold_standard.onnx (float32, opset 12) in ONNX Runtime."""
+    session = ort.InferenceSession(str(run.out / "threshold_standard.onnx"), providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        x = threshold_edges(np.float32, (1, 3, 10, 10), seed=seed)
+        (actual,) = session.run(None, {"input": x})
+        assert_threshold_equal(actual, x, "threshold_standard.onnx")
+
+
+@pytest.mark.parametrize("threshold", [0.1, 0.3])  # float16 rounds 0.1 down, 0.3 up (to 0.30004883)
+@pytest.mark.parametrize("dtype", LOW)
+def test_standard_ops_symbolic_follows_torch(example, tmp_path, dtype, threshold):
+    """Step 7's symbolic from a float32, float16 or bfloat16 input: value in the input's dtype, float16 and bfloat16
+    compared in float32 (a Cast, the threshold a float32 constant). ONNX Runtime runs float32 and float16; it has no
+    CPU Where for bfloat16, so onnx.reference runs that one."""
+    from onnx.reference import ReferenceEvaluator
+
+    path = export_standard_ops(example, tmp_path, dtype, threshold, 17 if dtype == "bfloat16" else 12)
+    model = onnx.load(path)
+    assert model.graph.input[0].type.tensor_type.elem_type == LOW[dtype]
+    x = threshold_edges(numpy_dtype(dtype), (1, 3, 10, 10), threshold)
+    if dtype == "bfloat16":
+        with pytest.raises(Exception, match="Could not find an implementation for Where"):
+            ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        (actual,) = ReferenceEvaluator(path).run(None, {"input": x})
+    else:
+        (actual,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    assert actual.dtype == x.dtype, actual.dtype
+    assert_threshold_equal(actual, x, f"step 7's symbolic, {dtype}", threshold)
+    ops = [n.op_type for n in model.graph.node]
+    constants = [onnx.numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"]
+    if dtype == "float32":
+        assert ops == ["Constant", "LessOrEqual", "Constant", "Where"], ops
+        assert [c.dtype for c in constants] == [np.float32, np.float32]
+    else:
+        assert ops == ["Cast", "Constant", "LessOrEqual", "Constant", "Where"], ops
+        assert [n.attribute[0].i for n in model.graph.node if n.op_type == "Cast"] == [onnx.TensorProto.FLOAT]
+        assert constants[0].dtype == np.float32 and constants[1].dtype == numpy_dtype(dtype)  # threshold, value

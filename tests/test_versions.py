@@ -88,3 +88,12 @@ def test_a_run_keeps_what_it_wrote_to_stderr(tmp_path):
     stderr = json.loads((tmp_path / "out" / "steps.json").read_text(encoding="utf-8"))["stderr"]
     assert "FutureWarning: release noise" in stderr and "from a child" in stderr, stderr
     assert "from a child" in proc.stderr, "the terminal no longer sees stderr"
+
+
+def test_the_weekly_workflow_runs_every_stack():
+    """.github/workflows/stacks.yml lists each stack run_stacks.py knows, one job each (a new stack is added there)."""
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "stacks.yml").read_text(encoding="utf-8"))
+    (job,) = workflow["jobs"].values()
+    assert job["strategy"]["matrix"]["stack"] == list(run_stacks.STACKS), "stacks.yml's matrix: add the new stack"
