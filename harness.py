@@ -358,6 +358,9 @@ def _quiet_the_libraries() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
     warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
     warnings.filterwarnings("ignore", message=".*The feature will be removed.*")
+    # Release noise: torch 2.2 and 2.3 warn that their TorchScript exporter supports opset 17 at
+    # most where a dynamo=False step asks for 18 or 19 (the models pass the checker and run).
+    warnings.filterwarnings("ignore", message=r"Exporting to ONNX opset version \d+ is not supported")
     # Release noise: torch 2.11's pytree warns from copyreg each time an exported program is copied.
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     logging.getLogger("torch.onnx._internal.exporter._schemas").setLevel(logging.ERROR)
