@@ -190,7 +190,8 @@ def expected_output(name: str) -> str:
 def unprinted(expected: str, output: str) -> list[str]:
     """The lines of EXPECTED that OUTPUT lacks, in order: each expected line matches one whole
     output line after the one the line before it matched ("..." stands for any text: an elision
-    or a cut), so a line cannot pass as a piece of another, nor out of its place."""
+    or a cut), so a line cannot pass as a piece of another, nor out of its place. OUTPUT may hold
+    more lines (pages.py --check keeps the page as a run on the author's machine wrote it)."""
     lines, at, missing = output.splitlines(), 0, []
     for line in expected.splitlines():
         if not line.strip():
