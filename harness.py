@@ -24,6 +24,9 @@ import ast
 import atexit
 import contextlib
 import ctypes
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import json
 import logging
 import os
@@ -36,6 +39,7 @@ import tempfile
 import textwrap
 import threading
 import traceback
+import types
 import warnings
 
 
@@ -101,18 +105,80 @@ class NeedsTorch(Exception):
 
 
 if TORCH < (2, 4):
-    # torch 2.2 and 2.3: the TorchScript exporter is torch.onnx.export's only one, and the keyword
+    # torch 2.3 and older: the TorchScript exporter is torch.onnx.export's only one, and the keyword
     # that picks it, dynamo=, came with 2.4. A reader on those releases deletes the pages'
-    # `dynamo=False`; every test.py does the same here, once (run() prints that it does).
+    # `dynamo=False`; every test.py does the same here, once (run() prints that it does). What the
+    # release lacks besides is named: a keyword its export does not take (autograd_inlining= came
+    # with 2.1), an opset its exporter does not write (17 at most on 1.13, 18 on 2.0).
+    import inspect
+
+    from torch.onnx import _constants
+
     _export = torch.onnx.export
+    _TAKES = inspect.signature(_export).parameters
+    _KEYWORD_SINCE = {"autograd_inlining": "2.1"}  # torch/onnx/utils.py's export(), by release
+    _OPSET_SINCE = {18: "2.0", 19: "2.1", 20: "2.4"}  # _constants.ONNX_MAX_OPSET, by release
 
     def _export_before_2_4(*args, dynamo=False, **kwargs):
         if dynamo:
             raise NeedsTorch("2.4", "torch.onnx.export(..., dynamo=True) came with 2.4")
+        for keyword in kwargs:
+            if keyword not in _TAKES:
+                since = _KEYWORD_SINCE[keyword]
+                raise NeedsTorch(since, f"torch.onnx.export(..., {keyword}=) came with {since}")
+        opset = kwargs.get("opset_version") or 0
+        if opset > _constants.ONNX_MAX_OPSET:
+            since = _OPSET_SINCE[opset]
+            raise NeedsTorch(since, f"the TorchScript exporter writes opset {opset} from {since}")
         return _export(*args, **kwargs)
 
     torch.onnx.export = _export_before_2_4
 DROPPED = "torch.onnx.export has no dynamo= argument before 2.4: the pages' dynamo=False is dropped"
+# torch 2.5's torch.onnx.export ends its parameters with `**_: Any,  # ignored options`: it takes
+# custom_translation_table without a word and writes the model without the translation.
+TABLE = "custom_translation_table came with 2.6 (2.5's export takes it and ignores it, silently)"
+
+
+class _Absent(types.ModuleType):
+    """A package this environment lacks (torchvision beside torch 1.13 on Python 3.11: the index
+    has no torchvision wheel for it): the pages' `import torchvision` succeeds, and each step that
+    uses it is skipped, saying so, while the others run."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(name)
+        self.__path__, self._why = [], why
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        raise Skip(self._why)
+
+
+class _AbsentFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, package: _Absent) -> None:
+        self.package = package
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith(self.package.__name__ + "."):
+            return importlib.machinery.ModuleSpec(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return _Absent(spec.name, self.package._why)
+
+    def exec_module(self, module):
+        pass
+
+
+if importlib.util.find_spec("torchvision") is None:
+    _RELEASE = torch.__version__.split("+")[0]
+    _TORCHVISION = _Absent(
+        "torchvision",
+        f"torchvision is not installed beside torch {_RELEASE} "
+        "(for torch 1.13 the index has no torchvision built for Python 3.11)",
+    )
+    sys.modules["torchvision"] = _TORCHVISION
+    sys.meta_path.insert(0, _AbsentFinder(_TORCHVISION))
 
 
 def needs_torch(version: str, why: str):
@@ -205,7 +271,9 @@ def run(
             except Skip as reason:  # printed once, as the run's last line
                 skipped.append(str(reason))
     except AssertionError as exc:
-        print(f"\nFAIL: {exc}")
+        print(f"\nFAIL: {_failed(exc)}")
+        if VERBOSE:
+            traceback.print_exc(file=sys.stdout)
         return 1
     except OSError as exc:
         print(f"\nFAIL: cannot write models under {out}: {exc}")
@@ -263,7 +331,7 @@ def run_more(steps, *, first: int, causes: dict, out: pathlib.Path, summary: str
             _run_step(number, step, causes)
         status = 0
     except AssertionError as exc:
-        print(f"\nFAIL: {exc}")
+        print(f"\nFAIL: {_failed(exc)}")
     except Exception as exc:  # noqa: BLE001 - an unexpected error: its message, the traceback with -v
         print(f"\nFAIL: {_unexpected(exc)}")
         if VERBOSE:
@@ -287,6 +355,8 @@ def _run_step(number: int, step, causes: dict) -> str:
     if needed and TORCH < tuple(int(p) for p in needed[0].split(".")):
         print(f"SKIP step {number}: needs torch >= {needed[0]} ({needed[1]})")
         _STATUS[number].update(status=f"needs torch >= {needed[0]}", why=needed[1])
+        if os.environ.get("HARNESS_RUN_GATED"):  # run_stacks.py --probe: is the gate needed?
+            _probe(number, step, needed)
         return ""
     printed = _PRINTED[0] = []
     saved = sys.stdout
@@ -307,6 +377,27 @@ def _run_step(number: int, step, causes: dict) -> str:
         sys.stdout = saved
     _record_reproduced(number, "".join(printed), causes)
     return ""
+
+
+def _probe(number: int, step, needed: tuple[str, str]) -> None:
+    """Run a step its needs_torch gate skips (HARNESS_RUN_GATED=1, `run_stacks.py --probe`): a
+    gate is right only where the step fails without it. steps.json keeps what the run gave."""
+    printed = _PRINTED[0] = []
+    saved, status = sys.stdout, dict(_STATUS[number])
+    sys.stdout = _Tee(saved, printed)
+    try:
+        step()
+        result = "ran"
+    except NeedsTorch as reason:
+        result = f"needs torch >= {reason.version} ({reason.why})"
+    except AssertionError as exc:
+        result = "fails: " + _failed(exc).splitlines()[0][:300]
+    except BaseException as exc:  # noqa: BLE001 - what the gate keeps a reader from
+        result = "fails: " + _unexpected(exc).splitlines()[0][:300]
+    finally:
+        sys.stdout = saved
+    print(f"PROBE step {number}, gated on torch >= {needed[0]}, run anyway: {result}")
+    _STATUS[number] = {**status, "probe": result}  # the gate's status, not the run's differs()
 
 
 def _record_reproduced(number: int, printed: str, causes: dict) -> None:
@@ -363,6 +454,18 @@ def _quiet_the_libraries() -> None:
     warnings.filterwarnings("ignore", message=r"Exporting to ONNX opset version \d+ is not supported")
     # Release noise: torch 2.11's pytree warns from copyreg each time an exported program is copied.
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # Release noise: torch 2.5 warns, at each dynamo=True export of an op registered with
+    # torch::RegisterOperators (CompositeImplicitAutograd), that it is traced through, which the
+    # step that exports one (register_pytorch_op/ 4) shows.
+    warnings.filterwarnings("ignore", message="At pre-dispatch tracing, we assume that any custom op")
+    # Release noise: torch 1.13 warns 'The shape inference of X type is missing' through Python's
+    # warnings (later releases in C++, checked by quiet() where a step shows it) for prim::Constant
+    # and for each custom-domain node, whose setType it ignores (the steps say so).
+    if TORCH < (2, 0):
+        warnings.filterwarnings("ignore", message=r"The shape inference of \S+ type is missing")
+    # Release noise: torch 1.13 warns at each g.op() of a symbolic that g.op "is to be removed" (it
+    # was not: it is how every later release writes a symbolic).
+    warnings.filterwarnings("ignore", message=r"'torch\.onnx\._patch_torch\._graph_op' is deprecated")
     logging.getLogger("torch.onnx._internal.exporter._schemas").setLevel(logging.ERROR)
     with contextlib.suppress(ImportError):
         import onnxruntime
@@ -430,6 +533,14 @@ def _names_the_cause(line: str) -> bool:
     with nothing after the place. Any other word on the line (a message after the place) makes it True."""
     where = r"(Exception from|Check '.*' failed at) \S+:\d+:?"
     return bool(line.strip()) and not re.fullmatch(where, line.strip())
+
+
+def _failed(exc: AssertionError) -> str:
+    """A failed check's message, or, for an assert without one, where it failed and its line."""
+    if str(exc):
+        return str(exc)
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{pathlib.Path(frame.filename).name}:{frame.lineno}: {frame.line}"
 
 
 def _unexpected(exc: BaseException) -> str:

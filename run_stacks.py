@@ -1,4 +1,5 @@
-"""Every example on every torch minor release from 2.2 to 2.15; the version table and ERRORS.md.
+"""Every example on every torch minor release from 2.2 to 2.15, and on 1.13, 2.0 and 2.1 (the
+source material's "PyTorch 1.13 or 2.x"); the version table and ERRORS.md.
 
 A stack is one file of pins: `requirements.txt` (torch 2.14.1, the default) or `stacks/torch-X.Y.txt`
 (the same pins with that line's newest torch and its torchvision). Each gets a virtual environment,
@@ -7,23 +8,28 @@ A stack is one file of pins: `requirements.txt` (torch 2.14.1, the default) or `
 those steps and what the run was produced from (a hash of the example's code, harness.py,
 page_helpers.py and the stack's pins); README.md's version table and ERRORS.md are written from it.
 
-    python run_stacks.py              # every stack: build, run, record, write the table (~30 min)
+    python run_stacks.py              # every stack: build, run, record, write the table
     python run_stacks.py torch-2.8    # one stack (the examples it runs: --examples NAME ...)
     python run_stacks.py --stale      # only the cells whose code changed since they were recorded
-    python run_stacks.py --ci         # CI: the oldest, RKNN's and the newest stack, and every stale
-                                      # cell; fail where a run differs from its cell; record nothing
+    python run_stacks.py --ci         # CI: the oldest, the source material's (2.2), RKNN's and the
+                                      # newest stack, and every stale cell; fail where a run differs
+                                      # from its cell; record nothing
     python run_stacks.py --ci --all torch-2.8   # --ci on every cell of the stacks named (none named:
-                                                # all fourteen), stale or not: the scheduled workflow
+                                                # all of them), stale or not: the scheduled workflow
+    python run_stacks.py --probe torch-2.5   # run each step a needs_torch gate skips: is it needed?
     python run_stacks.py --check      # run nothing: no cell is stale, the pages say what matrix.json says
     python run_stacks.py --no-run     # run nothing: write them from matrix.json
     python run_stacks.py --build-only torch-2.2                   # build an environment, run nothing
     python run_stacks.py --python torch-2.14=.venv/bin/python     # use an interpreter you have
 
-An environment built by a run is removed after it (about 6 GB each; --keep keeps them), and the
-next stack's is built while one runs when the disk has room. The pinned stack's cells are checked
-by the test suite, which runs every example on it. Exit status: 0 when every run passed quietly
-(nothing on stderr) and, with --ci or --check, agreed with matrix.json; 1 otherwise; 2 for a bad
-command line.
+Environments are built by uv (requirements-dev.txt) from its cache, by hard links: seconds once a
+stack's packages are in the cache, and little disk beyond it; each is kept, and built again when its
+pins file changes. The pinned stack runs in .venv when that has requirements.txt's pins. Without uv,
+pip builds them (minutes, 6 GB each) and a run removes those it built (--keep keeps them). The next
+stack's environment is built while one runs when the disk has room. The pinned stack's cells are
+also checked by the test suite, which runs every example on it. Exit status: 0 when every run
+passed quietly (nothing on stderr) and, with --ci or --check, agreed with matrix.json; with
+--probe, when every gated step failed; 1 otherwise; 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent
 PINNED = "torch-2.14"
-CI_STACKS = ("torch-2.2", "torch-2.4", "torch-2.15")  # the oldest, RKNN-Toolkit2's, the newest
+CI_STACKS = ("torch-1.13", "torch-2.2", "torch-2.4", "torch-2.15")  # the oldest, the source
+# material's (2.2), RKNN-Toolkit2's, the newest
 
 
 def _stacks() -> dict[str, str]:
@@ -102,43 +109,98 @@ def free_gb() -> float:
     return shutil.disk_usage(ROOT).free / 2**30
 
 
+def pins(stack: str) -> str:
+    """What STACK's environment is built from: a hash of its requirements file."""
+    return hashlib.sha256((ROOT / STACKS[stack]).read_bytes()).hexdigest()[:16]
+
+
+def satisfies(python: pathlib.Path, requirements: pathlib.Path) -> bool:
+    """Whether PYTHON's environment has every `name==version` pin of REQUIREMENTS (the pinned
+    stack's cells can run in .venv, which requirements-dev.txt builds from requirements.txt)."""
+    if not python.is_file():
+        return False
+    wanted = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", requirements.read_text(encoding="utf-8"), re.M))
+    probe = "import importlib.metadata as m, json, sys; w = json.loads(sys.argv[1]); " \
+        "print(all(m.version(n) == v for n, v in w.items()))"
+    try:
+        out = subprocess.run([str(python), "-c", probe, json.dumps(wanted)], capture_output=True, text=True)
+    except OSError:
+        return False
+    return out.stdout.strip() == "True"
+
+
+def uv() -> str | None:
+    """uv (requirements-dev.txt pins it): it installs from its cache by hard links, so an
+    environment it built before takes seconds and little disk; pip takes minutes and 6 GB."""
+    return shutil.which("uv", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("uv")
+
+
+def ready(stack: str) -> bool:
+    """Whether STACK's environment is built from its requirements file as it is now."""
+    stamp = ROOT / f".venv-{stack}" / "installed"
+    if stack == PINNED and satisfies(ROOT / ".venv" / "bin" / "python", ROOT / STACKS[stack]):
+        return True
+    return stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == pins(stack)
+
+
 def environment(stack: str) -> pathlib.Path:
-    """The python of STACK's environment, built from its requirements file if it is not there."""
-    python = ROOT / f".venv-{stack}" / "bin" / "python"
-    venv = python.parent.parent
-    if (venv / "installed").exists():  # written once pip has installed every pin
+    """The python of STACK's environment: .venv-STACK, kept between runs and built again only when
+    its requirements file changes (the pinned stack uses .venv when that has its pins)."""
+    if stack == PINNED and satisfies(ROOT / ".venv" / "bin" / "python", ROOT / STACKS[stack]):
+        return ROOT / ".venv" / "bin" / "python"
+    venv = ROOT / f".venv-{stack}"
+    python = venv / "bin" / "python"
+    stamp = venv / "installed"  # written once every pin is installed: the hash of the pins
+    if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == pins(stack):
         return python
     start = time.monotonic()
-    shutil.rmtree(venv, ignore_errors=True)  # a half-built one
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    log = venv / "pip-install.log"
+    shutil.rmtree(venv, ignore_errors=True)  # a half-built one, or one of other pins
+    log = venv.parent / f".venv-{stack}.log"
     # The stack's file pins every package: a machine-wide constraint file (a CI image may cap torch
     # at the release it caches) must not choose another version, nor a machine's find-links: PEP 440
     # ranks a local build such as 2.13.0+cpu above the index's 2.13.0, and the index's torchvision
-    # does not import beside it.
-    empty = venv / "no-find-links"
-    empty.mkdir(exist_ok=True)
-    env = {**os.environ, "PIP_CONSTRAINT": os.devnull, "PIP_FIND_LINKS": str(empty)}
+    # does not import beside it. uv reads neither pip's configuration nor, with --no-config, its own.
+    requirements = str(ROOT / STACKS[stack])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_CONSTRAINT", "UV_FIND_LINKS"))}
+    if uv():
+        if os.environ.get("PIP_EXTRA_INDEX_URL"):  # the workflows' CPU wheels: uv reads UV_ names
+            env.setdefault("UV_EXTRA_INDEX_URL", os.environ["PIP_EXTRA_INDEX_URL"])
+            env.setdefault("UV_INDEX_STRATEGY", "unsafe-best-match")  # numpy etc. from PyPI too
+        commands = [
+            # what a reader's `python3 -m venv` holds (on Python 3.11, pip and setuptools, which
+            # torch's C++ extension builder imports), then the pins, from uv's cache
+            [sys.executable, "-m", "venv", str(venv)],
+            [uv(), "pip", "install", "--no-config", "--python", str(python), "-r", requirements],
+        ]
+    else:
+        empty = ROOT / ".stacks" / "no-find-links"
+        empty.mkdir(parents=True, exist_ok=True)
+        env.update(PIP_CONSTRAINT=os.devnull, PIP_FIND_LINKS=str(empty))
+        commands = [
+            [sys.executable, "-m", "venv", str(venv)],
+            [str(python), "-m", "pip", "install", "-r", requirements],
+        ]
     with log.open("w") as sink:
-        command = [str(python), "-m", "pip", "install", "-r", str(ROOT / STACKS[stack])]
-        install = subprocess.run(command, stdout=sink, stderr=sink, env=env)
-    if install.returncode != 0:
-        print(log.read_text(errors="replace")[-4000:])
-        raise SystemExit(f"installing {STACKS[stack]} failed (log: {log})")
-    (venv / "installed").touch()
+        for command in commands:
+            if subprocess.run(command, stdout=sink, stderr=sink, env=env).returncode != 0:
+                print(log.read_text(errors="replace")[-4000:])
+                raise SystemExit(f"installing {STACKS[stack]} failed (log: {log})")
+    stamp.write_text(pins(stack) + "\n", encoding="utf-8")
     print(f"  built .venv-{stack} in {time.monotonic() - start:.0f} s", flush=True)
     return python
 
 
-def run_examples(stack: str, python: pathlib.Path, names: list[str]) -> int:
+def run_examples(stack: str, python: pathlib.Path, names: list[str], results: pathlib.Path = RESULTS) -> int:
     """run_all.py with STACK's python: each example's output under .stacks/STACK/NAME/."""
     env = dict(os.environ)
+    if results != RESULTS:  # --probe: each step its needs_torch gate skips runs anyway
+        env["HARNESS_RUN_GATED"] = "1"
     # torch versions cannot share C++ builds: torch >= 2.14 leaves a 'lock' file in the build folder
     # (an OS lock), and torch <= 2.8 waits forever for that file to go.
     base = env.get("TORCH_EXTENSIONS_DIR") or str(pathlib.Path.home() / ".cache/torch_extensions")
     env["TORCH_EXTENSIONS_DIR"] = str(pathlib.Path(base) / stack)
-    shutil.rmtree(RESULTS / stack, ignore_errors=True)
-    command = [str(python), str(ROOT / "run_all.py"), "--out", str(RESULTS / stack), *names]
+    shutil.rmtree(results / stack, ignore_errors=True)
+    command = [str(python), str(ROOT / "run_all.py"), "--out", str(results / stack), *names]
     return subprocess.run(command, cwd=ROOT, env=env).returncode
 
 
@@ -293,8 +355,9 @@ def releases(matrix: dict) -> str:
         for text, by_name in other.items():
             said.append(f"{text}: " + "; ".join(f"`{n}/` {', '.join(links)}" for n, links in by_name.items()))
         pins = (ROOT / STACKS[stack]).read_text(encoding="utf-8")
-        vision = re.search(r"^torchvision==(\S+)", pins, re.M).group(1)
-        head = f"- **{torch_version(stack)}** (torchvision {vision})"
+        vision = re.search(r"^torchvision==(\S+)", pins, re.M)
+        vision = f"torchvision {vision.group(1)}" if vision else "no torchvision for this Python"
+        head = f"- **{torch_version(stack)}** ({vision})"
         items.append(f"{head}: " + ("; ".join(said) or "every step runs") + ".")
     return "\n".join(items)
 
@@ -390,18 +453,36 @@ def errors_page(matrix: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def probe(plan: dict[str, list[str]], pythons: dict[str, pathlib.Path]) -> int:
+    """Run each step a needs_torch gate skips on each stack of PLAN anyway (.stacks/probe/): a
+    gate is needed where the step fails there. Exit 1 when a gated step ran."""
+    results, unneeded = RESULTS / "probe", []
+    for stack, names in plan.items():
+        run_examples(stack, pythons.get(stack) or environment(stack), names, results)
+        for name in names:
+            path = results / stack / name / "steps.json"
+            steps = json.loads(path.read_text(encoding="utf-8"))["steps"] if path.is_file() else {}
+            for number, step in steps.items():
+                if "probe" in step:
+                    print(f"{stack} {name} step {number} ({step['status']}): {step['probe']}")
+                    if step["probe"] == "ran":
+                        unneeded.append(f"{stack} {name} step {number}")
+    print("gates not needed: " + (", ".join(unneeded) or "none"))
+    return 1 if unneeded else 0
+
+
 class Builder:
     """Builds the next stack's environment in the background while one runs (disk permitting)."""
 
     def __init__(self) -> None:
         self.threads: dict[str, threading.Thread] = {}
         self.errors: dict[str, BaseException] = {}
-        self.built: set[str] = set()  # the stacks whose environment this run built (removed after)
+        self.built: set[str] = set()  # the stacks whose environment this run built
 
     def start(self, stack: str) -> None:
-        if stack in self.threads or (ROOT / f".venv-{stack}" / "installed").exists():
+        if stack in self.threads or ready(stack):
             return
-        if free_gb() < 16:  # an environment, and pip's unpacked downloads while it installs
+        if free_gb() < 16:  # an environment, and the unpacked downloads while it installs
             return
 
         def build() -> None:
@@ -435,8 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="run nothing; check no cell is stale and the pages")
     parser.add_argument("--no-run", action="store_true", help="run nothing; write the pages")
+    parser.add_argument("--probe", action="store_true", help="run each gated step anyway: is its gate needed?")
     parser.add_argument("--build-only", action="store_true", help="build environments only")
-    parser.add_argument("--keep", action="store_true", help="keep the environments built")
+    parser.add_argument("--keep", action="store_true", help="without uv: keep the environments pip built")
     parser.add_argument(
         "--python", action="append", default=[], metavar="STACK=PATH", help="use PATH for STACK"
     )
@@ -477,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
             names = args.examples or examples()
         if names:
             plan[stack] = names
+    if args.probe:
+        return probe(plan, pythons)
     if args.build_only:
         for stack in plan:
             if stack not in pythons:
@@ -493,9 +577,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(names)} example(s), {time.monotonic() - began:.0f} s since the start ===",
               flush=True)
         start = time.monotonic()
-        built = stack not in pythons and (
-            stack in builder.built or not (ROOT / f".venv-{stack}" / "installed").exists()
-        )
+        built = stack not in pythons and (stack in builder.built or not ready(stack))
         try:
             python = pythons.get(stack) or builder.get(stack)
         except (SystemExit, subprocess.CalledProcessError) as exc:
@@ -526,7 +608,9 @@ def main(argv: list[str] | None = None) -> int:
                           "(python run_stacks.py --stale records it again)")
             elif cell is not None and all(s["status"] != "fails" for s in cell["steps"].values()):
                 matrix.setdefault(stack, {})[name] = cell
-        if (built or args.ci) and not args.keep and stack not in pythons:
+        # A stack's environment is kept (uv's links into its cache cost little disk), except in CI,
+        # which builds each from nothing (.ci/run: no cache) and a copy by pip (6 GB each).
+        if stack not in pythons and not args.keep and (args.ci or (built and not uv())):
             shutil.rmtree(ROOT / f".venv-{stack}", ignore_errors=True)
         print(f"  {stack}: {time.monotonic() - start:.0f} s", flush=True)
 

@@ -76,6 +76,8 @@ static auto legacy = torch::RegisterOperators().op("argdemo_legacy::all_kinds", 
 
 def step1_cpp_op():
     """The op in C++: TORCH_LIBRARY schema and kernel types"""
+    if harness.TORCH < (2, 2):
+        raise harness.NeedsTorch("2.2", OPTIONAL)
     problem = harness.build_problem()
     if problem:
         raise harness.Skip(problem)
@@ -345,7 +347,7 @@ def initializer(model_bytes):
 # endregion
 
 
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step4_translation():
     """dynamo=True: a fake kernel and a translation with the local schema"""
     need_the_op_and_the_kernel()
@@ -443,7 +445,7 @@ def all_kinds_standard(
 # endregion
 
 
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step5_standard_onnx():
     """dynamo=True in standard ONNX: op.Constant(value_ints=...) and Python decisions"""
     need_the_op()  # step 1's C++ op and step 4's fake kernel
@@ -734,7 +736,14 @@ def define_all_kinds_py_with_typing_list():
     return all_kinds_py
 
 
+# torch 2.2 made c10::optional std::optional (c10/util/Optional.h); before, a kernel's Tensor? is
+# c10::optional<at::Tensor>, and a std::optional parameter fails to compile (ivalue_inl.h).
+OPTIONAL = "the kernel's Tensor? is a std::optional<at::Tensor>: c10::optional is one from 2.2"
+
+
 def need_the_op() -> None:
+    if harness.TORCH < (2, 2):
+        raise harness.NeedsTorch("2.2", "it calls step 1's op: " + OPTIONAL)
     if not hasattr(torch.ops.argdemo, "all_kinds"):
         raise harness.Skip("needs step 1's C++ op argdemo::all_kinds, which was not built")
 

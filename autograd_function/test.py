@@ -76,7 +76,7 @@ class MyAddModel(torch.nn.Module):
 # endregion
 
 
-@harness.needs_torch("2.8", "on 2.4 dynamo=True is the older dynamo_export; tested from 2.8")
+@harness.needs_torch("2.5", "on 2.4, dynamo=True is the older torch.onnx.dynamo_export")
 def step1_dynamo_traces_forward():
     """dynamo=True exports forward, not symbolic"""
     # region step1
@@ -93,8 +93,13 @@ def step1_dynamo_traces_forward():
     # endregion
 
         harness.show(path)
-    assert harness.op_types("my_relu_dynamo.onnx") == ["Max"]
-    assert harness.op_types("my_add_dynamo.onnx") == ["Mul", "Add"]
+    relu, add = harness.op_types("my_relu_dynamo.onnx"), harness.op_types("my_add_dynamo.onnx")
+    unoptimized = []
+    if harness.TORCH < (2, 7):  # 2.5, 2.6: export(optimize=False) by default (torch/onnx/__init__.py)
+        harness.differs("export does not optimize: a Constant and a Cast stay before the ops")
+        unoptimized = ["Constant", "Cast"]
+    assert relu == [*unoptimized, "Max"], relu
+    assert add == [*unoptimized, "Mul", "Add"], add
 
 
 # 2. dynamo=True: a C++ extension and torch.onnx.ops.symbolic ----------------------------------
@@ -554,7 +559,8 @@ def step6_my_add():
         )
         # endregion
     warning = "The exported ONNX model failed ONNX shape inference"
-    if harness.TORCH < (2, 5):  # the export runs the checker on what it wrote; 2.5 dropped that
+    if (2, 0) <= harness.TORCH < (2, 5):  # the export checks what it wrote; 2.5 dropped that, and
+        # 1.13's check (torch/onnx/utils.py, _check_onnx_proto) passes this model without a word
         assert warning in held[0], held[0]
         harness.differs(f"the export itself warns: {warning}")
     else:

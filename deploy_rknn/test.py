@@ -212,7 +212,7 @@ def default_domain_first(path):
 # endregion
 
 
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step2_export_dynamo():
     """Export with dynamo=True (the torch.export-based exporter), the way RKNN can read it"""
     x, y, threshold_model, dual_residual_model, conv_model, deform_model, edge_model, edge = MODELS

@@ -147,7 +147,7 @@ def print_node(model):
 # endregion
 
 
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step2_dynamo_custom_node():
     """dynamo=True: a fake kernel, and a translation to one custom node"""
     model = Blur().eval()
@@ -651,7 +651,7 @@ CAUSES = {
     "No ONNX function found for <OpOverload(op='demo": (
         "dynamo=True",
         "the fake kernel gets the custom op past `torch.export`, but the converter has no ONNX "
-        "function for it: add a translation to `custom_translation_table` (on torch 2.7-2.8 "
+        "function for it: add a translation to `custom_translation_table` (on torch 2.8 "
         "draft_export gets here without a fake kernel)",
         2,
     ),

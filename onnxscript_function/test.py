@@ -64,7 +64,7 @@ def SphericalBesselJ0(x: FLOAT) -> FLOAT:
 # endregion
 
 
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step1_dynamo_translation():
     """dynamo=True: the function in custom_translation_table"""
     # region step1
@@ -123,7 +123,7 @@ def SphericalBesselJ0Unannotated(x):
 # endregion
 
 
-@harness.needs_torch("2.6", "torch.onnx.export has no custom_translation_table before 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step2_script_needs_return_type():
     """dynamo=True: an @onnxscript.script translation needs its return type"""
     model = J0().eval()  # step 1's model and input
@@ -155,6 +155,7 @@ def j0_symbolic(g, x):
 
 def step3_torchscript_function():
     """dynamo=False: the same function, kept as a function in the model"""
+    need_onnxscript_op()
     model = J0().eval()  # step 1's model and input
     x = torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4
 
@@ -213,6 +214,7 @@ def selu_symbolic(g, x):
 
 def step4_selu_function():
     """dynamo=False: Selu, the source material's example"""
+    need_onnxscript_op()
     # region step4
     model = torch.nn.SELU().eval()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
@@ -278,6 +280,7 @@ def selu_opset14_symbolic(g, x):
 
 def step5_opsets_must_agree():
     """dynamo=False: the opsets must agree"""
+    need_onnxscript_op()
     model = torch.nn.SELU().eval()  # step 4's model and input
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
@@ -364,6 +367,7 @@ def threshold_symbolic(g, x, threshold, value):
 
 def step6_function_with_attributes():
     """dynamo=False: a function with attributes"""
+    need_onnxscript_op()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)  # step 4's input
 
     # region step6
@@ -436,6 +440,17 @@ CAUSES = {
 
 def main(argv: list[str] | None = None) -> int:
     return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
+
+
+def need_onnxscript_op() -> None:
+    """Steps 3 to 6 write their functions with g.onnxscript_op, which came with torch 2.0; torch
+    2.0's reads the function's `opname`, which onnxscript 0.7 calls `name` (torch 2.1 reads that)."""
+    if harness.TORCH < (2, 0):
+        raise harness.NeedsTorch("2.0", "the symbolic's g.onnxscript_op came with torch 2.0")
+    if harness.TORCH < (2, 1):
+        raise harness.NeedsTorch(
+            "2.1", "torch 2.0's g.onnxscript_op reads OnnxFunction.opname; onnxscript 0.7 has .name"
+        )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def check_dynamo_opsets(*paths):
 
 
 def unoptimized() -> bool:
-    """torch 2.6 exports with optimize=False (its default, torch/onnx/__init__.py; True from 2.7):
+    """torch 2.5 and 2.6 export with optimize=False (their default, torch/onnx/__init__.py; True from 2.7):
     no constant folding, so each Python number stays a Constant node (and a CastLike)."""
     return harness.TORCH < (2, 7)  # check_dynamo_opsets() says so in the step's differs
 
@@ -77,7 +77,7 @@ class TwoClips(torch.nn.Module):
 # endregion
 
 
-@harness.needs_torch("2.6", "assert_onnx_program came with 2.6")
+@harness.needs_torch("2.5", "on 2.4, dynamo=True is the older torch.onnx.dynamo_export")
 def step1_dynamo_records_forward():
     """dynamo=True: each Function's forward, recorded"""
     # region step1
@@ -146,7 +146,7 @@ if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with tor
     # endregion
 
 
-@harness.needs_torch("2.6", "custom_translation_table and assert_onnx_program came with 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step2_custom_ops():
     """dynamo=True: custom ops and one custom_translation_table"""
     # region step2
@@ -187,7 +187,7 @@ def step2_custom_ops():
 # ---------------------------------------------------------------------------------------------
 
 
-@harness.needs_torch("2.6", "custom_translation_table and assert_onnx_program came with 2.6")
+@harness.needs_torch("2.6", harness.TABLE)
 def step3_patched_apply():
     """dynamo=True: a library's Functions, by patching apply"""
     x = torch.randn(2, 3)  # step 2's input
@@ -403,7 +403,7 @@ def step6_dispatch_on_arguments():
 # ---------------------------------------------------------------------------------------------
 
 
-@harness.needs_torch("2.6", "assert_onnx_program came with 2.6")
+@harness.needs_torch("2.5", "on 2.4, dynamo=True is the older torch.onnx.dynamo_export")
 def step7_dynamo_ignores_the_symbolic():
     """dynamo=True never calls the prim::PythonOp symbolic"""
     model, x = TwoClips().eval(), torch.randn(2, 3)  # step 6's model and input

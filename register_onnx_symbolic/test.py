@@ -37,7 +37,7 @@ from torch.onnx import unregister_custom_op_symbolic
 # from torch 2.8 on (2.4 only with verbose=True), and the ONNX graph too from 2.15 on.
 DUMPS = [("Torch IR graph at exception", (2, 8)), ("ONNX graph being constructed during", (2, 15))]
 IR_DUMP = tuple(text for text, since in DUMPS if harness.TORCH >= since)
-NEEDS_2_6 = "custom_translation_table came with 2.6; on 2.4 dynamo=True is torch.onnx.dynamo_export"
+NEEDS_2_6 = harness.TABLE + "; on 2.4, dynamo=True is torch.onnx.dynamo_export"
 
 
 # === Part 1: the default exporter, dynamo=True ===
@@ -276,9 +276,16 @@ def step3_decompositions():
     # endregion
     assert calls == ["aten.linalg_cholesky.default"], calls
     assert "aten.linalg_cholesky_ex.default" in after, after
-    if harness.TORCH < (2, 7):  # torch 2.6's assert_onnx_program (_testing.py) has no strategy=
-        raise harness.NeedsTorch("2.7", "the rest checks with assert_onnx_program's strategy=, "
-                                 "which came with 2.7")
+    if harness.TORCH < (2, 7):  # torch 2.6's assert_onnx_program (_testing.py) has no strategy=,
+        # nor the check of the capture strategy that strategy=None turns off: a reader there
+        # deletes the page's strategy=None, and so does this, from here on
+        harness.differs("assert_onnx_program has no strategy= before 2.7: the page's strategy=None "
+                        "is left out")
+        global assert_onnx_program
+        check = assert_onnx_program
+
+        def assert_onnx_program(program, *, strategy=None, **kwargs):
+            return check(program, **kwargs)
 
     if "with_effects" not in after:  # some releases (README, Notes): keying on the _ex op exports
         harness.differs("run_decompositions() drops aten._linalg_check_errors (no with_effects "
@@ -467,7 +474,11 @@ def step5_custom_domain_node():
             print(f"  {path}: one {node.domain}.{node.op_type} node, attributes {attributes}")
         # endregion
     warning = "Warning: The shape inference of rknn_cst::cstThreshold type is missing"
-    assert warned[0].count(warning) == 3, warned[0]
+    if harness.TORCH < (2, 0):  # torch 1.13 passes the C++ warning to Python's warnings module
+        assert warned[0].count("User" + warning) == 9, warned[0]  # three times an export
+        harness.differs("the warning is a Python UserWarning (shown once, where it is raised)")
+    else:
+        assert warned[0].count(warning) == 3, warned[0]
     print(f"  the exporter printed '{warning} ...' for each of the 3 exports")
     for path in [f"failures/threshold_{s}.onnx" for s in ("no_attributes", "float_list")] + [
         "threshold_untyped.onnx"
@@ -495,9 +506,14 @@ def step5_custom_domain_node():
         dims = [d.dim_value for d in output.type.tensor_type.shape.dim]
         print(f"  with setType the output is {dims}")
         # endregion
-    assert "shape inference" not in warned[0], warned[0]  # setType: no warning, real sizes
-    assert harness.output_dims(harness.show("threshold_custom.onnx")) == [1, 3, 10, 10]
-    print("  with setType the exporter printed no shape-inference warning")
+    dims = harness.output_dims(harness.show("threshold_custom.onnx"))
+    if harness.TORCH < (2, 0):  # torch 1.13 keeps its made-up sizes: setType's do not reach the file
+        assert "shape inference" in warned[0] and all(isinstance(d, str) for d in dims), dims
+        harness.differs("setType's sizes do not reach the file: the exporter warns, sizes made up")
+    else:
+        assert dims == [1, 3, 10, 10], dims
+        assert "shape inference" not in warned[0], warned[0]  # setType: no warning, real sizes
+        print("  with setType the exporter printed no shape-inference warning")
 
     # region step5-5
     evaluator = ReferenceEvaluator("failures/threshold_float_list.onnx", new_ops=[cstThreshold])
@@ -830,7 +846,11 @@ def step12_contrib_symbolic():
     exported, _ = harness.show("cdist_contrib.onnx"), harness.show("cdist_builtin.onnx")
     assert harness.op_types("cdist_contrib.onnx") == ["com.microsoft.CDist"]
     assert harness.opsets_of(exported) == {"": 17, "com.microsoft": 1}, exported.opset_import
-    assert harness.output_dims(exported) == [5, 7]
+    if harness.TORCH < (2, 0):  # torch 1.13 keeps its made-up sizes (step 5)
+        assert all(isinstance(d, str) for d in harness.output_dims(exported)), exported.graph.output
+        harness.differs("setType's sizes do not reach the file: the output's sizes are made up")
+    else:
+        assert harness.output_dims(exported) == [5, 7]
     assert not onnx.defs.has("CDist", "com.microsoft")  # the checker passed CDist unchecked
 
 
@@ -873,7 +893,7 @@ CAUSES = {
         "PyTorch has no symbolic for `aten::asinh` at any opset, though ONNX has `Asinh` from "
         "opset 9: register one (a one-to-one mapping)"),
     "unrecognized namespace {op_name}": ("dynamo=False",
-        "torch 2.8.0's text for an op of a library namespace (`torchvision::deform_conv2d`) "
+        "torch 2.8 and 2.9's text for an op of a library namespace (`torchvision::deform_conv2d`) "
         "with no symbolic: its name is missing from the message", 11),
     "unrecognized namespace torchvision::deform_conv2d": ("dynamo=False",
         "a library's op (`torchvision::deform_conv2d`) with no symbolic: register one for its "

@@ -22,17 +22,22 @@ def pins(path) -> dict[str, str]:
     return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M))
 
 
-def test_a_stack_for_every_minor_release_from_2_2():
+def test_a_stack_for_every_minor_release_from_2_2_and_the_source_materials_older_ones():
+    """Every torch line from 2.2, and 1.13, 2.0 and 2.1 ("PyTorch 1.13 or 2.x", the source material)."""
     newest = max(run_stacks.minor(s) for s in run_stacks.STACKS)
-    assert [run_stacks.minor(s) for s in run_stacks.STACKS] == [(2, m) for m in range(2, newest[1] + 1)]
+    older = [(1, 13), (2, 0), (2, 1)]
+    assert [run_stacks.minor(s) for s in run_stacks.STACKS] == older + [(2, m) for m in range(2, newest[1] + 1)]
 
 
 @pytest.mark.parametrize("stack", [s for s in run_stacks.STACKS if s != PINNED])
 def test_stack_pins_differ_from_requirements_only_in_torch(stack):
     pinned, other = pins("requirements.txt"), pins(run_stacks.STACKS[stack])
+    said = (ROOT / run_stacks.STACKS[stack]).read_text(encoding="utf-8").split("\ntorch==")[0]
+    if "torchvision" not in other:  # torch 1.13: none for this Python; the comment says so
+        assert "no\n# torchvision" in said or "no torchvision" in said, f"{stack}: say why it has no torchvision"
+        other["torchvision"] = "none"
     assert set(other) == set(pinned), f"{stack} pins other packages than requirements.txt"
     differing = sorted(name for name in pinned if pinned[name] != other[name])
-    said = (ROOT / run_stacks.STACKS[stack]).read_text(encoding="utf-8").split("\ntorch==")[0]
     unsaid = [name for name in differing if name not in ("torch", "torchvision") and name not in said]
     assert {"torch", "torchvision"} <= set(differing) and not unsaid, (
         f"{stack} differs from requirements.txt in {differing}; its comment must say why for {unsaid}"
