@@ -78,6 +78,10 @@ class Status:
         got = steps_of(stack, self.name)
         if got is None or not self.status.startswith("needs") and not ran(stack, self.name, self.steps):
             return None
+        if self.why and any(  # a step keeps one reason (its last differs()): another's hides this one
+            got[n]["status"] == "differs" and self.why not in got[n].get("why", "") for n in self.steps
+        ) and not self.status.startswith("needs"):
+            return None
         return all(
             n in got and got[n]["status"].startswith(self.status) and self.why in got[n].get("why", "")
             for n in self.steps
@@ -433,11 +437,6 @@ claim(F,
 )
 mark(F, "the source material names (\"PyTorch <R> or 2.x\")", "素材提到的更早版本（“PyTorch <R> or 2.x”）", SOURCE)
 STACK_PINS = "what a stack's file pins (stacks/torch-X.Y.txt), which says why"
-mark(F,
-    "why: NumPy 1 up to <R>, no torchvision for <R>)",
-    "为什么：<R> 及更早用 NumPy 1，<R> 没有 torchvision",
-    STACK_PINS,
-)
 claim(F, "stacks. <R> is pinned (the newest", "固定版本是 <R>（有配套 torchvision 的最新版）", Pinned())
 mark(F,
     "Before <R>, `torch.onnx.export`\nhas no `dynamo=` argument",
@@ -558,22 +557,23 @@ claim(F,
     "**第 1 到第 4 步需要 torch <R>**",
     Status(F, ("1", "2", "3", "4"), "needs"), "before",
 )
-claim(F,
-    "on <R> `dynamo=True` calls the old `torch.onnx.dynamo_export`, and they are skipped",
-    "<R> 上 `dynamo=True` 调用的是旧的 `torch.onnx.dynamo_export`，因此这几步跳过",
-    DYNAMO_EXPORT,
+mark(F,
+    "on <R> `dynamo=True` calls the old `torch.onnx.dynamo_export`, and <_>'s",
+    "<R> 上 `dynamo=True` 调用的是旧的 `torch.onnx.dynamo_export`，<_> 的",
+    UPSTREAM,
 )
-claim(F,
-    "torch <R>'s version has no `strategy=` (it came with <_>), so on <R> step 3 stops",
-    "torch <R> 的版本没有 `strategy=`（<_> 才有），所以在 <R> 上第 3 步",
-    Status(F, ("3",), "needs torch >= 2.7"),
+mark(F,
+    "and <R>'s `torch.onnx.export`\n takes the keyword and ignores it",
+    "<R> 的 `torch.onnx.export` 则照收这个参数",
+    UPSTREAM,
 )
-claim(F,
-    "has no `strategy=` (it came with <R>)",
-    "没有 `strategy=`（<R> 才有）",
-    Not(Status(F, ("3",), "needs")), "from",
+mark(F,
+    "torch <R>'s version has no `strategy=` (it came with <_>)",
+    "torch <R> 的版本没有 `strategy=`（<_> 才有）",
+    UPSTREAM,
 )
-claim(F, "and says it\n needs torch <R>.", "并说明需要 torch <R>。", Status(F, ("3",), "needs"), "before")
+mark(F, "has no `strategy=` (it came with <R>)", "没有 `strategy=`（<R> 才有）", UPSTREAM)
+mark(F, "turns off: on <R>, delete `strategy=None`", "在 <R> 上把 `strategy=None` 删掉即可", UPSTREAM)
 mark(F,
     "Step 10 on torch <R>: `operator_export_type=` warns",
     "torch <R> 上的第 10 步：`operator_export_type=` 会发出",
@@ -731,11 +731,8 @@ claim(F, "(`dynamo=True` the default since <R>)", "（<R> 起默认 `dynamo=True
 # ---- autograd_function
 F = "autograd_function"
 mark(F, "deprecated (torch <R> and <R>)", "说它已弃用（torch <R> 和 <R>）", SEEN)
-claim(F,
-    "Steps 1-4 need torch <R> or later.",
-    "第 1 到 4 步需要 torch <R> 及以上。",
-    Status(F, ("1", "2", "3", "4"), "needs"), "before",
-)
+claim(F, "Step 1 needs torch <R> or later,", "第 1 步需要 torch <R> 及以上，", Status(F, ("1",), "needs"), "before")
+claim(F, "steps 2-4 torch <R>.", "第 2 到 4 步需要 torch <R>。", Status(F, ("2", "3", "4"), "needs"), "before")
 mark(F,
     "under either exporter from torch <R>\n ([pytorch/pytorch#149678]())",
     "从 torch <R> 起两种导出器都如此（[pytorch/pytorch#149678]()",
@@ -747,7 +744,7 @@ claim(F,
     DRAFT_EXPORT,
 )
 mark(F, "(deprecated since torch <R>)", "（torch <R> 起已弃用）", UPSTREAM)
-claim(F, "(torch <R> and older warned:", "（torch <R> 及更早的版本会警告", Status(F, ("6",), "differs"), "upto")
+claim(F, "(torch <R> warned:", "（torch <R> 会警告", Status(F, ("6",), "differs"))
 claim(F, "What `python test.py` prints on torch <R>,", "下面是 `python test.py` 在 torch <R> 上的输出", Pinned())
 claim(F,
     "at pos 1`; torch <R>: a `Resize` frozen at factor 3",
@@ -755,26 +752,41 @@ claim(F,
     Reproduced(F, "3", "Expected strategy 'TorchExportNonStrictStrategy'"),
 )
 claim(F,
-    "; torch <R> and older: `UserWarning: The\n exported ONNX model failed ONNX shape inference.`",
-    "；torch <R> 及更早的版本还有 `UserWarning: The exported ONNX model failed ONNX shape inference.`",
-    Status(F, ("6",), "differs"), "upto",
+    "; torch <R>: `UserWarning: The\n exported ONNX model failed ONNX shape inference.`",
+    "；torch <R> 还有 `UserWarning: The exported ONNX model failed ONNX shape inference.`",
+    Status(F, ("6",), "differs"),
 )
 claim(F,
-    "Steps 1-4 and 9\nneed <R>, step 3",
-    "第 1 到 4 步和第 9 步需要 <R>，第 3 步",
-    Status(F, ("1", "2", "3", "4", "9"), "needs"), "before",
+    "steps 2-4 and 9\nneed <R>, step 3",
+    "第 2 到 4 步和第 9 步需要 <R>，第 3 步",
+    Status(F, ("2", "3", "4", "9"), "needs"), "before",
+)
+claim(F,
+    "Step 1 needs <R>, steps 2-4",
+    "第 1 步需要 <R>，第 2 到 4 步",
+    Status(F, ("1",), "needs"), "before",
 )
 claim(F, "step 3 differs on <R> (draft export)", "第 3 步在 <R> 上因 draft export 而不同", DRAFT_EXPORT)
 claim(F, "and stops on <R>, step 6", "在 <R> 上中途停下", Status(F, ("3",), "needs torch >= 2.12"))
 claim(F,
-    "step 6 differs on <R> and\nolder (the export warns)",
-    "第 6 步在 <R> 及更早的版本上有所不同（导出时会警告）",
-    Status(F, ("6",), "differs"), "upto",
+    "step 6 differs on <R> (the export warns)",
+    "第 6 步在 <R> 上有所不同（导出时会警告）",
+    Status(F, ("6",), "differs"),
 )
 claim(F,
-    "- Steps 1-4 and 9 need torch <R>: `torch.onnx.ops` came with it",
-    "- 第 1 到 4 步和第 9 步需要 torch <R>：`torch.onnx.ops` 是随这个版本加入的",
-    Status(F, ("1", "2", "3", "4", "9"), "needs"), "before",
+    "- Steps 2-4 and 9 need torch <R>: `torch.onnx.ops` came with it",
+    "- 第 2 到 4 步和第 9 步需要 torch <R>：`torch.onnx.ops` 是随这个版本加入的",
+    Status(F, ("2", "3", "4", "9"), "needs"), "before",
+)
+claim(F,
+    "- Step 1 needs torch <R> (on <_>, `dynamo=True` is the older",
+    "- 第 1 步需要 torch <R>（在 <_> 上，`dynamo=True` 还是旧的",
+    Status(F, ("1",), "needs"), "before",
+)
+claim(F,
+    "(on <R>, `dynamo=True` is the older `torch.onnx.dynamo_export`).",
+    "（在 <R> 上，`dynamo=True` 还是旧的 `torch.onnx.dynamo_export`）。",
+    DYNAMO_EXPORT, mode="each",
 )
 mark(F, "([<R> release notes](), \"Support for", "（[<R> 发布说明]()，“Support for", UPSTREAM)
 mark(F,
@@ -815,11 +827,11 @@ mark(F,
 )
 mark(F, "<R>\n picks none unless every size is known", "<R> 只在所有尺寸都已知时才挑选后端", UPSTREAM)
 claim(F,
-    "- Step 6, torch <R> and older: the TorchScript-based exporter runs the ONNX checker",
-    "- 第 6 步，torch <R> 及更早的版本：基于 TorchScript 的导出器",
-    Status(F, ("6",), "differs"), "upto",
+    "- Step 6, torch <R>: the TorchScript-based exporter runs the ONNX checker",
+    "- 第 6 步，torch <R>：基于 TorchScript 的导出器",
+    Status(F, ("6",), "differs"),
 )
-claim(F, "removed that for <R>.", "在 <R> 中去掉了这项检查", Not(Status(F, ("6",), "differs")), "from")
+mark(F, "removed that for <R>.", "在 <R> 中去掉了这项检查", UPSTREAM)
 claim(F,
     "- Torch <R> write opset 18 by default under `dynamo=True`",
     "- torch <R> 在 `dynamo=True` 下默认写 opset 18",
@@ -891,9 +903,14 @@ claim(F,
     Pinned(),
 )
 claim(F,
-    "steps 1 to 3 and 7 skip before <R>,",
-    "第 1 到 3 步和第 7 步在 <R> 之前跳过",
-    Status(F, ("1", "2", "3", "7"), "needs"), "before",
+    "steps 1 and 7 skip before <R>,",
+    "第 1 步和第 7 步在 <R> 之前跳过",
+    Status(F, ("1", "7"), "needs"), "before",
+)
+claim(F,
+    "2 and 3 before <R>,",
+    "第 2、3 步在 <R> 之前跳过",
+    Status(F, ("2", "3"), "needs"), "before",
 )
 claim(F, "and\n<R> prints what", "<R> 打印的内容与", SameAs(F, run_stacks.PINNED), mode="each")
 claim(F, "prints what <R> does:", "打印的内容与 <R> 相同：", Pinned())
@@ -921,9 +938,14 @@ claim(F,
 claim(F, "(removed in <R> by\n [#132184]())", "（<R> 中由 [#132184]() 删除）", Not(CONTEXT), "from")
 claim(F, "The failures and the current form behave as on <R>.", "两个失败和当前写法的表现与 <R> 相同", Pinned())
 claim(F,
-    "- Steps 1 to 3 and 7 need torch <R>, for `custom_translation_table`",
-    "- 第 1 到 3 步和第 7 步需要 torch <R>，因为要用",
-    Status(F, ("1", "2", "3", "7"), "needs"), "before",
+    "- Steps 1 and 7 need torch <R>;",
+    "- 第 1 步和第 7 步需要 torch <R>；",
+    Status(F, ("1", "7"), "needs"), "before",
+)
+claim(F,
+    "steps 2 and 3 need torch <R>, for `custom_translation_table`",
+    "第 2、3 步需要 torch <R>，因为要用",
+    Status(F, ("2", "3"), "needs"), "before",
 )
 mark(F,
     "`torch.onnx.testing.assert_onnx_program` from <R>\n ([#162495]()); on <R> the page's imports",
@@ -1342,28 +1364,64 @@ mark(F,
 )
 mark(F, "as the installed toolkit's docstrings (<R>) give them", "见已安装工具包（<R>）的 docstring", NOT_TORCH)
 claim(F, "What `python test.py` prints (torch <R>)", "以下是 torch <R> 上 `python test.py` 的输出", Pinned())
+STRINGS_DS = ("what a string in dynamic_shapes does on each release: test.py shows it "
+              "(strings_leave_the_dims_static on 2.6, sharpen_in_one_call_exports on 2.6 to 2.8; 2.5 only under "
+              "run_stacks --probe, where step 3 does not run), but the matrix keeps one reason per step, step 3's last")
 claim(F, "which says what each does differently (<R> pinned)", "（固定版本为 <R>；各版本的不同之处也见那里）", Pinned())
-claim(F, "- Steps 3 and 4 need torch <R>:", "- 第 3、4 步需要 torch <R>：", Status(F, ("3", "4"), "needs"), "before")
-claim(F,
-    "under `dynamo=True`, are in <R> and not in <_>,",
-    "在 <R> 里有、<_> 里没有",
-    Not(Status(F, ("3",), "needs")), "from",
-)
-claim(F, "are in <_> and not in <R>,", "在 <_> 里有、<R> 里没有", Status(F, ("3",), "needs"), "upto")
-claim(F,
-    "`custom_translation_table` came with <R>\n (",
-    "`custom_translation_table` 则从 <R> 开始才有",
-    TRANSLATION_TABLE, "from",
+mark(F,
+    "On torch <R> a string does neither, and nothing says so",
+    "在 torch <R> 上，字符串这两件事都做不到",
+    STRINGS_DS,
 )
 claim(F,
-    "On <R> step 5 runs the `dynamo=False` files only",
-    "在 <R> 上，第 5 步只运行 `dynamo=False` 的文件",
-    Status(F, ("5",), "differs", why="only the dynamo=False files"),
+    "(<R> does not rename them)",
+    "（<R> 不会按 `Dim` 改名）",
+    Status(F, ("4",), "differs", why="does not rename them"),
+)
+mark(F, "Strings work from <R>.", "从 <R> 起字符串可用。", STRINGS_DS)
+mark(F, "(strings would do from torch <R>, step 3)", "（从 torch <R> 起用字符串也行，见第 3 步）", STRINGS_DS)
+claim(F,
+    "- Steps 3 and 4 need torch <R> for `custom_translation_table`",
+    "- 第 3、4 步需要 torch <R>，因为要用 `custom_translation_table`",
+    Status(F, ("3", "4"), "needs"), "before",
+)
+mark(F,
+    "<R>'s `torch.onnx.export` takes it and ignores it.",
+    "<R> 的 `torch.onnx.export` 接受这个参数，却不理会它。",
+    "seen on 2.5 under run_stacks --probe (test.py's TABLE): the matrix holds it only as text of steps 3 "
+    "and 4's 'needs' reason on every stack, which cannot tell 2.5 from another release",
 )
 claim(F,
-    "before <R>, where `dynamo=True` is\n the older `torch.onnx.dynamo_export`",
-    "在 <R> 之前，`dynamo=True` 还是旧的 `torch.onnx.dynamo_export`",
-    Status(F, ("1",), "differs", why="dynamo_export"), "before",
+    "On <R> step 3 writes no `min_max_dynamo.onnx`:",
+    "在 <R> 上，第 3 步不写 `min_max_dynamo.onnx`：",
+    Status(F, ("5",), "differs", why="step 3 writes it from 2.8"),
+)
+mark(F, "[`torch.onnx.ops`]() came with <R>,", "[`torch.onnx.ops`]() <R> 才有，", UPSTREAM)
+claim(F,
+    "and the `dynamo=False` files only before <R>.",
+    "；<R> 之前只运行 `dynamo=False` 的文件。",
+    Status(F, ("5",), "differs", why="only the dynamo=False files"), "before",
+)
+claim(F,
+    "- Step 1 shows its `dynamo=True` half from <R> on.",
+    "- 第 1 步从 <R> 起演示 `dynamo=True` 的那一半。",
+    Status(F, ("1",), "runs"), "from",
+)
+claim(F,
+    "On <R> `dynamo=True` is the older `torch.onnx.dynamo_export`",
+    "在 <R> 上，`dynamo=True` 还是旧的 `torch.onnx.dynamo_export`",
+    Status(F, ("1",), "differs", why="dynamo_export"),
+)
+mark(F, "before <R> there is no `dynamo=`.", "<R> 之前没有 `dynamo=`。", UPSTREAM)
+claim(F,
+    "- On <R> a string leaves a dim static … `dynamic_shapes` does not rename them after the `Dim`s.",
+    "- 在 <R> 上，字符串让维度保持静态…`dynamic_shapes` 不会按 `Dim` 给它们改名。",
+    Status(F, ("4",), "differs", why="does not rename them"),
+)
+claim(F,
+    "- On <R> `torch.export`'s errors read differently:",
+    "- 在 <R> 上，`torch.export` 的报错措辞不同：",
+    Reproduced(F, "3", "L['args'][0][0].size()"),
 )
 claim(F,
     "- torch <R> export at opset 18, later versions at 20.",
@@ -1371,12 +1429,12 @@ claim(F,
     OPSET_18,
 )
 mark(F,
-    "On torch <R>, `dynamic_axes` under\n `dynamo=True` leaves the dims `s77`, `s53`.",
-    "在 torch <R> 上，`dynamo=True` 下的 `dynamic_axes` 让维度保持为 `s77`、`s53`",
+    "`dynamic_axes` under `dynamo=True` leaves the dims `s0`, `s1` on <R>, and `s77`, `s53` on <R>.",
+    "`dynamo=True` 下的 `dynamic_axes` 在 <R> 上让维度保持为 `s0`、`s1`，在 <R> 上为 `s77`、`s53`。",
     SEEN,
 )
 claim(F,
-    "On <R> step 3's one call fails in torch.export's\n words",
+    "On <R> step 3's one call fails in torch.export's words",
     "在 <R> 上，第 3 步那一次调用的报错是 torch.export 自己的措辞",
     Reproduced(F, "3", "You marked L['x'].size()[0] as dynamic"),
 )
@@ -1386,21 +1444,43 @@ claim(F,
     Status(F, ("5",), "differs", why="batch 2 and 5"),
 )
 claim(F,
-    "there; on <R> the one call that exports `SharpenModel` does",
+    "On <R> the one call that exports `SharpenModel` does not fail",
     "在 <R> 上，只调用一次 `torch.onnx.export` 导出 `SharpenModel` 也不报错",
+    Not(Reproduced(F, "3", "Failed to export the model with torch.export")),
+)
+claim(F,
+    "(`test.py` shows it): <R> falls back to draft export,",
+    "（`test.py` 演示了这一点）：<R> 回退到 draft export，",
     Status(F, ("3",), "differs", why="draft export"),
 )
-claim(F, "is printed\n from torch <R> on;", "从 torch <R> 起才打印", Not(NO_DUMP), "from")
+mark(F,
+    "<R> makes the strings `Dim.AUTO`, … and <R> traces with TorchScript.",
+    "<R> 把字符串当作 `Dim.AUTO`，…<R> 则用 TorchScript 追踪。",
+    STRINGS_DS,
+)
+mark(F,
+    "- torch <R>'s `assert_onnx_program` has no `strategy=`, … (both came with <R>): there",
+    "- torch <R> 的 `assert_onnx_program` 没有 `strategy=`，…两者都是 <R> 才有）：在 <R> 上",
+    "what torch 2.6's assert_onnx_program (torch/onnx/_internal/exporter/_testing.py) lacks, from its source "
+    "(test.py's STRATEGY); the matrix keeps step 5's other reason on 2.6",
+)
+claim(F, "is printed from torch <R> on;", "从 torch <R> 起才打印", Not(NO_DUMP), "from", mode="each")
 claim(F,
-    "**torch <R> and older.** None has `torch.library.custom_op`",
-    "**torch <R> 及更早的版本。** 都没有 `torch.library.custom_op`",
-    Not(CUSTOM_OP), "upto",
+    "**torch <R>.** None has `torch.library.custom_op`",
+    "**torch <R>。** 这些版本都没有 `torch.library.custom_op`",
+    Status(F, ("2",), "differs", why="torch.library.custom_op came with 2.4"),
 )
 claim(F, "(it came with <R>) nor the `dynamo=`", "（<R> 才有），`torch.onnx.export` 也没有", CUSTOM_OP, "from")
+mark(F,
+    "`torch.export` came with <R> and its `Dim` with <R>: before, the imports set `Dim = None`.",
+    "`torch.export` <R> 才有，其中的 `Dim` <R> 才有：在此之前，导入部分设 `Dim = None`。",
+    "what each release has (torch.export from 2.1, torch.export.Dim from 2.2), the import test.py falls back "
+    "on: no step's status records it",
+)
 claim(F,
-    "steps 2 and 5 say they need torch <R>.",
-    "第 2、5 步说明它们需要 torch <R>。",
-    Status(F, ("2", "5"), "needs"), "before",
+    "torch <R> types a custom node's outputs with dims it makes up",
+    "torch <R> 不管 `setType` 写了什么，都给自定义节点的输出编造维度",
+    Status(F, ("1",), "differs", why="makes up the custom node's dims"),
 )
 mark(F, "**Time.** About 20 s of CPU time (torch <R>)", "**耗时。** 在 torch <R> 上约 20 秒 CPU 时间", TIME)
 
@@ -1414,7 +1494,26 @@ claim(F, "(on torch <R> draft_export gets here without a fake kernel)", "", L_DR
 claim(F, "`dynamo=True` before torch <R> exports at opset 18 by default", "", OPSET_18, "before")
 claim(F, "torch <R>: `torch.export` failed and `dynamo=True` fell back to draft export", "", DRAFT_EXPORT)
 claim(F, "torch <R>'s text for an op of a library namespace", "", OP_NAME)
-claim(F, "(torch <R>'s wording)", "", Reproduced("dynamic_shapes", "3", "You marked L['x'].size()[0] as dynamic"))
+claim(F,
+    "became the example's constant: derive the output's sizes from the inputs (torch <R>'s wording)",
+    "",
+    Reproduced("dynamic_shapes", "3", "You marked L['x'].size()[0] as dynamic"),
+)
+claim(F,
+    "to the example's values: derive the output's sizes from the inputs (torch <R>'s wording)",
+    "",
+    Reproduced("dynamic_shapes", "3", "because batch was inferred to be a constant (2)"),
+)
+claim(F,
+    "`Dim(\"length\", min=4)` (torch <R>'s wording)",
+    "",
+    Reproduced("dynamic_shapes", "3", "the generated guard 3 <= L['args'][0][0].size()[2]"),
+)
+claim(F,
+    "`compute_mode=\"donot_use_mm_for_euclid_dist\"` (torch <R>'s wording)",
+    "",
+    Reproduced("dynamic_shapes", "3", "L['args'][0][0].size()[0] <= 25"),
+)
 
 
 # ---------------------------------------------------------------------------------------------
