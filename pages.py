@@ -20,6 +20,7 @@ to run elided (VARIES); `--check` keeps those as they are (tests/ checks them ag
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import re
@@ -38,6 +39,7 @@ REGION = re.compile(r"^[ \t]*# region (\S+)\n(.*?)^[ \t]*# endregion\n", re.S | 
 VARIES = [
     (re.compile(r"max abs diff [-+.e0-9]+"), "max abs diff ..."),
     (re.compile(r"\b\d+(\.\d+)? s\b"), "... s"),  # a duration
+    (re.compile(r"/ort\.quant\.\w+/"), "/ort.quant.../"),  # quantize_static's temporary folder
     # a C++ build, cold or from the cache
     (re.compile(r"^  (built \S+ in|reused the cached build) .*", re.M), "  built ... (or reused the cache)"),
     # What differs between CPUs (deploy_openvino): a run prints each such line as "  this CPU...";
@@ -112,6 +114,71 @@ def run_example(folder: pathlib.Path) -> str:
         return normalize(proc.stdout, out)
 
 
+# A page holds one script, or two where a heading says the rest runs in another environment.
+SECOND_ENVIRONMENT = "## In the RKNN environment"
+SECOND_ENVIRONMENT_ZH = "## 在 RKNN 环境中"  # the same heading on the Chinese page
+# The one import a page makes after its first block: importing torch.utils.cpp_extension logs "No
+# CUDA runtime is found" on a machine with a CUDA toolkit and no GPU, so the page filters that
+# message first and imports right after the filter, in the block that builds its C++.
+LATE_IMPORT = "from torch.utils import cpp_extension"
+LATE_IMPORT_FILTER = 'logging.getLogger("torch.utils.cpp_extension").addFilter('
+
+
+def python_blocks(markdown: str) -> list[str]:
+    """The ```python blocks of a page, in order."""
+    return re.findall(r"^```python\n(.*?)^```", markdown, re.S | re.M)
+
+
+def page_parts(markdown: str) -> list[list[str]]:
+    """The python blocks of a page: one list per script (two where SECOND_ENVIRONMENT splits it)."""
+    heading = SECOND_ENVIRONMENT_ZH if f"\n{SECOND_ENVIRONMENT_ZH}\n" in markdown else SECOND_ENVIRONMENT
+    return [python_blocks(part) for part in markdown.split(f"\n{heading}\n", 1)]
+
+
+def _is_import(node: ast.stmt) -> bool:
+    """An import, or a try: whose body is only imports (an optional package, with a fallback)."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return True
+    return isinstance(node, ast.Try) and all(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)
+
+
+def paste_problems(markdown: str) -> list[str]:
+    """What keeps a page's python blocks, pasted in order into one file per script, from running as
+    a reader's script: a block that starts indented or does not parse alone, a first block holding
+    more than imports, a later block importing (but cpp_extension, after its log filter), any use
+    of the repository's harness (a reader has none)."""
+    problems = []
+    for script, blocks in enumerate(page_parts(markdown), start=1):
+        if not blocks:
+            problems.append(f"script {script} has no python block")
+        for number, block in enumerate(blocks, start=1):
+            where = f"script {script}, block {number} ({block.strip().splitlines()[0][:50]!r})"
+            if block[:1] in (" ", "\t"):
+                problems.append(f"{where} starts indented")
+                continue
+            try:
+                tree = ast.parse(block)
+            except SyntaxError as error:
+                problems.append(f"{where} does not parse alone: {error}")
+                continue
+            if any(isinstance(n, ast.Name) and n.id == "harness" for n in ast.walk(tree)) or any(
+                "harness" in (a.name for a in n.names) or getattr(n, "module", None) == "harness"
+                for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+            ):
+                problems.append(f"{where} uses the harness, which a reader does not have")
+            if number == 1:
+                others = [ast.unparse(n).splitlines()[0] for n in tree.body if not _is_import(n)]
+                if others:
+                    problems.append(f"{where}, the first, holds more than imports: {others}")
+                continue
+            imports = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+            if imports not in ([], [LATE_IMPORT]):
+                problems.append(f"{where} imports {imports}: imports go in the first block")
+            elif imports and LATE_IMPORT_FILTER not in block[: block.index(LATE_IMPORT)]:
+                problems.append(f"{where} imports cpp_extension before filtering its log")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     global CHECK
     sys.modules.setdefault("pages", sys.modules[__name__])  # the generators' import finds this run
@@ -128,7 +195,13 @@ def main(argv: list[str]) -> int:
     prologue = "from pages import include, output"
     markers = "{{{cog }}} {{{end}}}"  # not cog's [[[ ]]]: a page prints nested lists
     argv = ["cog", *options, "--markers", markers, "-I", str(ROOT), "-p", prologue]
-    return Cog().main([*argv, *map(str, pages)])
+    status = Cog().main([*argv, *map(str, pages)])
+    folders = [p for p in pages if p.parent != ROOT]  # the top README's recipe is recipe.py's
+    pasted = [f"{p.relative_to(ROOT)}: {problem}" for p in folders
+              for problem in paste_problems(p.read_text("utf-8"))]  # fmt: skip
+    if pasted:  # the page is written (or checked); its code must still paste as a script
+        print("a page's blocks do not paste as a script:\n  " + "\n  ".join(pasted))
+    return status or (1 if pasted else 0)
 
 
 if __name__ == "__main__":

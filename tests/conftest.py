@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -96,13 +95,9 @@ def example_run(tmp_path_factory):
     return run
 
 
-def python_blocks(markdown: str) -> list[str]:
-    """The ```python blocks of a README, in order."""
-    return re.findall(r"^```python\n(.*?)^```", markdown, re.S | re.M)
-
-
-# A README may hold a second script for another environment: its python blocks after this heading run there.
-SECOND_ENVIRONMENT = "## In the RKNN environment"
+# A README's ```python blocks, and its scripts (a second one for another environment, after the heading
+# pages.SECOND_ENVIRONMENT): pages.py's, which checks the same pages.
+from pages import python_blocks  # noqa: E402, F401 - re-exported: tests import it from here
 
 
 def rknn_python() -> pathlib.Path | None:
@@ -115,8 +110,9 @@ def rknn_python() -> pathlib.Path | None:
 def page_parts(name: str) -> list[list[str]]:
     """The python blocks of NAME/README.md, in order: one list, or two where the page says that a second part
     runs in another environment."""
-    readme = (ROOT / name / "README.md").read_text(encoding="utf-8")
-    return [python_blocks(part) for part in readme.split(f"\n{SECOND_ENVIRONMENT}\n", 1)]
+    import pages
+
+    return pages.page_parts((ROOT / name / "README.md").read_text(encoding="utf-8"))
 
 
 def page_scripts(name: str) -> list[str]:

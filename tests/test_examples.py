@@ -6,7 +6,7 @@ import ast
 import re
 
 import pytest
-from conftest import EXAMPLES, ROOT, page_parts, page_script, python_blocks
+from conftest import EXAMPLES, ROOT, page_script, python_blocks
 
 STEP_HEADER = re.compile(r"^== (\d+)\. .* ==$", re.M)
 README_STEP = re.compile(r"^## (\d+)\. ", re.M)
@@ -15,13 +15,6 @@ ANSI = re.compile(r"\x1b\[")
 
 def readme(name: str) -> str:
     return (ROOT / name / "README.md").read_text(encoding="utf-8")
-
-
-def first_code_line(block: str) -> str:
-    lines = [
-        line for line in block.splitlines() if line.strip() and not line.strip().startswith("#")
-    ]
-    return lines[0].strip()[:60] if lines else block.strip()[:60]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -74,38 +67,27 @@ def bound_names(tree: ast.Module) -> set[str]:
     }
 
 
-def is_import(node: ast.stmt) -> bool:
-    """An import, or a try: whose body is only imports (an optional package, with a fallback)."""
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        return True
-    return isinstance(node, ast.Try) and all(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)
-
-
-# The one import a page makes after its first block: importing torch.utils.cpp_extension logs "No CUDA runtime
-# is found" on a machine with a CUDA toolkit and no GPU, so the page filters that message first and imports right
-# after the filter, in the block that builds its C++ (see Contributing).
-LATE_IMPORT = "from torch.utils import cpp_extension"
-LATE_IMPORT_FILTER = 'logging.getLogger("torch.utils.cpp_extension").addFilter('
-
-
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_page_blocks_paste_as_a_script(name):
     """Each block starts unindented and parses alone; a page script's first block holds only imports, a later one
-    imports nothing but cpp_extension (after its log filter); no block imports the harness."""
-    for blocks in page_parts(name):
-        assert blocks, f"{name}/README.md has a page script with no python block"
-        for number, block in enumerate(blocks):
-            assert block[:1] not in (" ", "\t"), f"{name}: a block starts indented: {first_code_line(block)!r}"
-            tree = ast.parse(block)  # a SyntaxError names the block's line
-            assert "harness" not in bound_names(tree), f"{name}: page code imports harness"
-            if number == 0:
-                others = [ast.unparse(n).splitlines()[0] for n in tree.body if not is_import(n)]
-                assert not others, f"{name}: the first block should hold only imports; also has {others}"
-                continue
-            imports = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
-            assert imports in ([], [LATE_IMPORT]), f"{name}/README.md: a later block imports {imports}"
-            if imports:
-                assert LATE_IMPORT_FILTER in block[: block.index(LATE_IMPORT)], f"{name}: {LATE_IMPORT} unfiltered"
+    imports nothing but cpp_extension (after its log filter); no block uses the harness. The rule is
+    pages.paste_problems, which `python pages.py` (and --check) applies to every page too."""
+    import pages
+
+    for page in ("README.md", "README.zh-CN.md"):
+        problems = pages.paste_problems((ROOT / name / page).read_text(encoding="utf-8"))
+        assert not problems, f"{name}/{page}:\n" + "\n".join(problems)
+
+
+def test_the_paste_rule_catches_what_it_names():
+    """paste_problems fails a page whose code uses the harness, imports late, or starts indented."""
+    import pages
+
+    page = "```python\nimport torch\n```\n\n```python\n{}\n```\n"
+    assert pages.paste_problems(page.format("x = torch.ones(1)")) == []
+    for later in ("print(harness.op_types('m.onnx'))", "import os", "  x = 1"):
+        assert pages.paste_problems(page.format(later)), later
+    assert pages.paste_problems("```python\nx = 1\n```\n"), "a first block with code"
 
 
 def models_named(script: str) -> list[str]:

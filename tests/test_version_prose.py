@@ -382,8 +382,9 @@ DRAFT_EXPORT = Status("autograd_function", ("3",), "differs", why="draft export"
 
 EXAMPLES = tuple(run_stacks.examples())
 
-# ---- every folder: the opening, and the Versions paragraph
-claim(EXAMPLES,
+# ---- every folder: the opening, and the Versions paragraph (quantize_int8's opening names no exporter: it
+# quantizes a file, which it writes with dynamo=False, on every release)
+claim(tuple(e for e in EXAMPLES if e != "quantize_int8"),
     "**`dynamo=True`** (the default since torch <R>)",
     "**`dynamo=True`**（… <R> 起默认）",
     DEFAULT_DYNAMO, "from",
@@ -1353,6 +1354,12 @@ mark(F,
 )
 mark(F, "`test.py` shows on <R> what a PC can", "`test.py` 在 <R> 上演示了 PC 上能验证的部分", NOT_TORCH)
 mark(F, "[rknn-toolkit2 <R> on the package index]()", "[包索引上的 rknn-toolkit2 <R>]()", NOT_TORCH)
+
+
+# ---- quantize_int8
+F = "quantize_int8"
+mark(F, "(RKNN-Toolkit2 2.5.0 pins torch <R>", "（RKNN-Toolkit2 2.5.0 固定了 torch <R>", RKNN)
+claim(F, "What `python test.py` prints (torch <R>)", "`python test.py` 的输出（torch <R>）", Pinned())
 
 # ---- dynamic_shapes (its pages are another helper's; these claims read them as fixed in the report of
 # issue 39's item 4)
