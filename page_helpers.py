@@ -118,3 +118,32 @@ def compare(name, actual, expected, rtol, atol):
     diff = float(np.max(np.abs(actual.astype(np.float64) - expected), initial=0.0))
     print(f"  {name}: matches PyTorch (max abs diff {diff:.1e}; rtol={rtol}, atol={atol})")
 # endregion
+
+
+# region check_with_schemas
+def check_with_schemas(path, *schemas):
+    """The full checker with SCHEMAS registered for the call: a node of a type its schema
+    does not list fails here, before a runtime sees the file. The exporter does not check."""
+    for schema in schemas:
+        onnx.defs.register_schema(schema)
+    try:
+        onnx.checker.check_model(path, full_check=True)
+    finally:
+        for schema in schemas:
+            onnx.defs.deregister_schema(schema.name, schema.since_version, schema.domain)
+# endregion
+
+
+# region run_ort_torch
+def run_ort_torch(path, inputs, options=None):
+    """ONNX Runtime with torch tensors in and out, bfloat16 included (numpy has no bfloat16):
+    DLPack hands each tensor over as it is, through an IO binding."""
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    binding = session.io_binding()
+    for arg, x in zip(session.get_inputs(), inputs, strict=True):
+        binding.bind_ortvalue_input(arg.name, ort.OrtValue.from_dlpack(x.contiguous()))
+    for arg in session.get_outputs():
+        binding.bind_output(arg.name, "cpu")
+    session.run_with_iobinding(binding)
+    return [torch.from_dlpack(value).clone() for value in binding.get_outputs()]
+# endregion

@@ -1,7 +1,7 @@
 """Each page's code and expected output, written once: in the folder's test.py, and in a run of it.
 
     python pages.py            regenerate every page's generated parts (it runs the examples)
-    python pages.py FOLDER...  the same, running only those examples (the others' output is kept)
+    python pages.py FOLDER...  the same for those folders' pages only (the others are not touched)
     python pages.py --no-run   the same, keeping the expected output blocks as they are
     python pages.py --check    fail when a page's code differs from test.py's (CI; runs nothing)
 
@@ -38,6 +38,7 @@ REGION = re.compile(r"^[ \t]*# region (\S+)\n(.*?)^[ \t]*# endregion\n", re.S | 
 # What differs between two runs of one example on one machine: elided, here and in the check.
 VARIES = [
     (re.compile(r"max abs diff [-+.e0-9]+"), "max abs diff ..."),
+    (re.compile(r"max diff [-+.e0-9]+"), "max diff ..."),  # the same, onnxscript_function's words
     (re.compile(r"\b\d+(\.\d+)? s\b"), "... s"),  # a duration
     (re.compile(r"/ort\.quant\.\w+/"), "/ort.quant.../"),  # quantize_static's temporary folder
     # What an int8 runtime's kernels give depends on the CPU (quantize_int8): the checks assert a
@@ -190,10 +191,11 @@ def main(argv: list[str]) -> int:
     CHECK = "--check" in argv or "--no-run" in argv
     found = [*ROOT.glob("README*.md"), *ROOT.glob("*/README*.md")]
     pages = sorted(p for p in found if "{{{cog" in p.read_text("utf-8"))
+    chosen = [ROOT / a.strip("/") for a in argv if not a.startswith("--")]
+    if chosen:
+        pages = [p for p in pages if p.parent in chosen]
     if not CHECK:
         folders = sorted({p.parent for p in pages if "output()" in p.read_text("utf-8")})
-        chosen = [ROOT / a.strip("/") for a in argv if not a.startswith("--")]
-        folders = [f for f in folders if f in chosen] if chosen else folders
         with ThreadPoolExecutor(os.cpu_count()) as pool:
             OUTPUTS.update(zip(folders, pool.map(run_example, folders), strict=True))
     options = ["--check", "--diff"] if "--check" in argv else ["-r"]

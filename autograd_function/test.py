@@ -28,6 +28,7 @@ import time
 import torch.nn.functional as F
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
+from onnxruntime.capi._pybind_state import get_all_opkernel_def  # ORT's kernels: semi-private
 # endregion
 
 # 1. dynamo=True exports forward, not symbolic -------------------------------------------------
@@ -825,6 +826,103 @@ def step10_backward():
     # endregion
 
 
+# 11. A float16 or bfloat16 model: LeakyRelu between Casts -----------------------------------
+
+
+# region check_cpu_kernels
+def check_cpu_kernels(path, op_type):
+    """Right after the export: the dtype each op_type node reads against the types ONNX
+    Runtime's CPU kernels for it take. (ONNX's schema, which the full checker asks, may list
+    a type no kernel takes.)"""
+    takes = {t for k in get_all_opkernel_def() if k.provider == "CPUExecutionProvider"
+             and (k.domain, k.op_name) == ("", op_type) for ts in k.type_constraints.values()
+             for t in ts}
+    model = onnx.shape_inference.infer_shapes(onnx.load(path), strict_mode=True)
+    declared = {v.name: v.type for v in [*model.graph.input, *model.graph.value_info]}
+    for node in model.graph.node:
+        if node.op_type != op_type:
+            continue
+        elem = declared[node.input[0]].tensor_type.elem_type
+        dtype = f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
+        if dtype not in takes:
+            raise TypeError(f"{op_type} reads {dtype}: no CPU kernel for it {sorted(takes)}")
+# endregion
+
+
+# region MyLeakyReluCast
+class MyLeakyReluCast(MyLeakyRelu):
+    """MyLeakyRelu with its node in float32, between Casts, whatever the model's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, alpha: float):
+        if torch.onnx.is_in_onnx_export() and not torch.jit.is_tracing():
+            y = torch.onnx.ops.symbolic(
+                "LeakyRelu", (x.float(),), {"alpha": alpha}, dtype=torch.float32, shape=x.shape
+            )
+            return y.to(x.dtype)  # x.float() and .to() are exported as Casts
+        return F.leaky_relu(x, alpha)
+
+    @staticmethod
+    def symbolic(g, x, alpha: float):
+        x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+        y = g.op("LeakyRelu", x32, alpha_f=alpha)
+        y.setType(x.type().with_dtype(torch.float32))
+        return g.op("CastLike", y, x)  # back to x's dtype (CastLike: opset 15 or later)
+
+
+class MyLeakyReluCastModel(torch.nn.Module):
+    def forward(self, x):
+        return MyLeakyReluCast.apply(x, 0.1)
+# endregion
+
+
+@harness.needs_torch("2.8", "torch.onnx.ops came with torch 2.8")
+def step11_half_precision():
+    """A float16 or bfloat16 model: LeakyRelu between Casts"""
+    # region step11
+    x = torch.randn(2, 3, 4).to(torch.bfloat16)
+    onnx_program = torch.onnx.export(MyLeakyReluModel().eval(), (x,), dynamo=True, verbose=False)
+    path = "failures/my_leaky_relu_bfloat16_dynamo.onnx"
+    onnx_program.save(path)
+    onnx.checker.check_model(path, full_check=True)  # ONNX's LeakyRelu takes bfloat16
+    print(f"  {path}: LeakyRelu on bfloat16, full check passed")
+    with expect_error("Could not find an implementation for"):  # LeakyRelu(16); 2.8: Less(13)
+        run_ort_torch(path, [x])
+    with expect_error("LeakyRelu reads tensor(bfloat16): no CPU kernel"):
+        check_cpu_kernels(path, "LeakyRelu")  # right after the export: caught there
+    # endregion
+
+    # region step11-2
+    model = MyLeakyReluCastModel().eval()
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(2, 3, 4).to(dtype)
+        name = str(dtype).removeprefix("torch.")
+        paths = [f"my_leaky_relu_{name}{exporter}.onnx" for exporter in ("", "_dynamo")]
+        torch.onnx.export(model, (x,), paths[0], dynamo=False, input_names=["x"])
+        onnx_program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+        onnx_program.save(paths[1])
+        for path in paths:
+            onnx.checker.check_model(path, full_check=True)
+            check_cpu_kernels(path, "LeakyRelu")
+            (actual,) = run_ort_torch(path, [x])  # DLPack: bfloat16 in and out
+            assert actual.dtype == dtype and torch.equal(actual, model(x))  # exact: see below
+            ops = [node.op_type for node in onnx.load(path).graph.node]
+            print(f"  {path}: {ops}, equal to PyTorch's {name}")
+    # endregion
+
+    for name in ("float16", "bfloat16"):
+        for path in [f"my_leaky_relu_{name}{exporter}.onnx" for exporter in ("", "_dynamo")]:
+            harness.show(path)
+            ops = harness.op_types(path)
+            assert ops == ["Cast", "LeakyRelu", "Cast" if "dynamo" in path else "CastLike"], ops
+            graph = onnx.load(path).graph
+            dtypes = {v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}
+            assert dtypes == {getattr(onnx.TensorProto, name.upper())}, dtypes  # in and out
+    x = torch.randn(2, 3, 4)  # a float32 model keeps its one node: the Casts are no-ops, gone
+    program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+    assert [n.op_type for n in program.model_proto.graph.node] == ["LeakyRelu"]
+
+
 # ---------------------------------------------------------------------------------------------
 
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
@@ -837,6 +935,10 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
     7: ("my_add_aten_direct.onnx", "my_add_cpp.onnx"),
     8: ("bicubic_upsample.onnx", "super_resolution.onnx"),
     9: ("my_leaky_relu.onnx", "my_leaky_relu_dynamo.onnx"),
+    11: (
+        "my_leaky_relu_float16.onnx", "my_leaky_relu_float16_dynamo.onnx",
+        "my_leaky_relu_bfloat16.onnx", "my_leaky_relu_bfloat16_dynamo.onnx",
+    ),
 }
 FAILURES = (
     "failures/super_resolution_function_dynamo.onnx",  # written on torch 2.8 only: draft export
@@ -844,6 +946,7 @@ FAILURES = (
     "failures/clip_float32_min_float64_input.onnx",
     "failures/my_add_cpp_direct.onnx",
     "failures/my_leaky_relu_unguarded.onnx",
+    "failures/my_leaky_relu_bfloat16_dynamo.onnx",
 )
 PASSED = "every model in {out} checked and matched PyTorch (ONNX Runtime or onnx.reference)"
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
@@ -886,6 +989,21 @@ CAUSES = {
         "dynamo=False",
         "`torch.onnx.ops.symbolic` ran under the TorchScript tracer: call it only when `not "
         "torch.jit.is_tracing()` and let `symbolic` write the node",
+    ),
+    "Could not find an implementation for LeakyRelu(16)": (
+        "ONNX Runtime",
+        "its CPU `LeakyRelu` takes float32 only (float16 it casts around by itself, bfloat16 not): "
+        "write the node on float32 between Casts",
+    ),
+    "Could not find an implementation for Less(13)": (
+        "ONNX Runtime",
+        "the same on torch 2.8 (opset 18): the bfloat16 node ONNX Runtime names is a `Less` it "
+        "made itself from the `LeakyRelu` (the node has no name); no CPU kernel for it either",
+    ),
+    "LeakyRelu reads tensor(bfloat16): no CPU kernel": (
+        "ONNX Runtime",
+        "the page's `check_cpu_kernels`, from ONNX Runtime's kernel list, right after the export: "
+        "a `LeakyRelu` on bfloat16, which the full checker passes (ONNX's schema lists it)",
     ),
     "You must implement either the backward or vjp method": (
         "PyTorch",

@@ -3,7 +3,7 @@
 Run: python test.py [--out DIR] [-v] [--seed N]
 
 Steps 1-3 run here, in the main environment: they export the models with dynamo=True (the
-default), then with dynamo=False, each with its inputs and PyTorch's outputs beside it as .npy files. Steps 4-8 need
+default), then with dynamo=False, each with its inputs and PyTorch's outputs beside it as .npy files. Steps 4-9 need
 RKNN-Toolkit2, whose pins (torch<=2.4.0, numpy<=1.26.4, onnx<=1.18.0) cannot share it: test.py
 starts itself again under $RKNN_PYTHON, else ../.venv-rknn/bin/python, with a hidden flag, and
 folds that half's step statuses into DIR/steps.json; without that interpreter they are skipped
@@ -25,7 +25,13 @@ IN_RKNN = RKNN_HALF in sys.argv[1:]
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
 import harness  # the runner: the command line, the steps, the checks (harness.py)
-from page_helpers import expect_error, ortx_session  # the page's helpers, written once
+from page_helpers import (  # the page's helpers, written once
+    check_with_schemas,
+    expect_error,
+    ortx_options,
+    ortx_session,
+    run_ort_torch,
+)
 
 # Each page script's imports, word for word (a pasted script starts with them) -----------------
 
@@ -43,7 +49,9 @@ if IN_RKNN:  # the second script's (README: "In the RKNN environment")
     # expect_error: page_helpers', imported above (this page's second script pastes it too)
 else:  # the first script's (the main environment)
     # region imports
+    import contextlib  # for expect_error (step 2)
     import os
+    import re
 
     import numpy as np
     import onnx
@@ -212,6 +220,34 @@ def default_domain_first(path):
 # endregion
 
 
+# region check_half
+def rknn_schemas():
+    """Both rknn_cst ops' local schemas, for the full checker (check_with_schemas)."""
+    return [
+        rknn_schema("cstThreshold", ["X"], ["Y"], ["threshold", "value"]),
+        rknn_schema("cstDualResidual", ["X", "Y"], ["X_res", "Y_res"], ["alpha"]),
+    ]
+
+
+def check_half(path, model, inputs):
+    """A float16 or bfloat16 model: the full checker with the rknn_cst schemas, then ONNX
+    Runtime (the float32 kernels between the Casts) against PyTorch in that dtype: equal."""
+    check_with_schemas(path, *rknn_schemas())
+    if onnx_op is None:  # pip install onnxruntime-extensions: the kernels run the model
+        return
+    actual = run_ort_torch(path, list(inputs), ortx_options())
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for out, reference in zip(actual, expected, strict=True):
+        assert out.dtype == reference.dtype and torch.equal(out, reference), path
+    nodes = " ".join(n.op_type for n in onnx.load(path).graph.node)
+    print(f"  {path}: {nodes}; equal to PyTorch's")
+    if reference.dtype == torch.float16:  # NumPy has float16 (not bfloat16): step 9 reads these
+        save_case(path, model, inputs)
+# endregion
+
+
 @harness.needs_torch("2.6", harness.TABLE)
 def step2_export_dynamo():
     """Export with dynamo=True (the torch.export-based exporter), the way RKNN can read it"""
@@ -296,6 +332,69 @@ def step2_export_dynamo():
     assert not onnx.defs.has("cstThreshold", "rknn_cst"), "a schema leaked into ONNX's registry"
     print("  each matched PyTorch in ONNX Runtime; no rknn_cst schema registered with ONNX")
 
+    # region step2-4
+    # A float16 model through the float-only translations: written without a word, then refused.
+    path = "failures/threshold_float16_dynamo.onnx"
+    x16 = x.to(torch.float16)
+    onnx_program = torch.onnx.export(
+        threshold_model, (x16,), dynamo=True, opset_version=19, verbose=False,
+        custom_translation_table=translations,
+    )
+    onnx_program.save(path)
+    default_domain_first(path)
+    save_case(path, threshold_model, (x16,))  # for step 9: RKNN reads it all the same
+    with expect_error("Type 'tensor(float16)' of input parameter (input)"):
+        ortx_session(path)
+    with expect_error("has unsupported type: tensor(float16)"):
+        check_with_schemas(path, *rknn_schemas())  # right after the export: caught there
+    # endregion
+    assert harness.op_types(path) == ["rknn_cst.cstThreshold"], harness.op_types(path)
+
+    # region threshold_half
+    # The kernels take float32 only (onnxruntime-extensions' Python kernels have no float16 or
+    # bfloat16), so a half model casts around each rknn_cst node.
+    op = onnxscript.opset19  # the standard domain, at the opset the models import
+    FLOAT = onnxscript.FLOAT.dtype
+
+    def threshold_cast_translation(self, threshold: float, value: float):
+        y = cst_threshold(op.Cast(self, to=FLOAT), threshold=threshold, value=value)
+        return op.CastLike(y, self)  # back to the model's dtype (the exporter makes it a Cast)
+
+    def dual_residual_cast_translation(x, y, alpha: float):
+        x_res, y_res = cst_dual_residual(op.Cast(x, to=FLOAT), op.Cast(y, to=FLOAT), alpha=alpha)
+        return op.CastLike(x_res, x), op.CastLike(y_res, y)
+
+    half_translations = {
+        torch.ops.aten.threshold.default: threshold_cast_translation,
+        torch.ops.cst.dual_residual.default: dual_residual_cast_translation,
+    }
+    # endregion
+
+    # region step2-5
+    for dtype in (torch.float16, torch.bfloat16):
+        x_half, y_half = x.to(dtype), y.to(dtype)
+        x_half[0, 0, 0, 0] = 0.1  # 0.09998 in float16, 0.1001 in bfloat16: one each side of 0.1
+        for name, model, inputs in [
+            ("threshold", threshold_model, (x_half,)),
+            ("dual_residual", dual_residual_model, (x_half, y_half)),
+        ]:
+            path = f"{name}_{str(dtype)[6:]}_dynamo.onnx"
+            onnx_program = torch.onnx.export(
+                model, inputs, dynamo=True, opset_version=19, verbose=False,
+                custom_translation_table=half_translations,
+            )
+            onnx_program.save(path)
+            default_domain_first(path)
+            check_half(path, model, inputs)
+    # endregion
+    back = "Cast" if harness.TORCH >= (2, 7) else "CastLike"  # 2.6: export(optimize=False)
+    for name in KEPT[2][4:]:
+        casts = ["Cast", "rknn_cst.cstThreshold", back] if name.startswith("threshold") else [
+            "Cast", "Cast", "rknn_cst.cstDualResidual", back, back]
+        assert harness.op_types(name) == casts, (name, harness.op_types(name))
+        assert first_opset(name) == ("", 19), (name, first_opset(name))
+    assert not onnx.defs.has("cstThreshold", "rknn_cst"), "a schema leaked into ONNX's registry"
+
 
 # 3. dynamo=False: the same nodes from symbolic functions ----------------------------------------
 
@@ -375,8 +474,49 @@ def step3_export_torchscript():
     assert node_attributes("conv_threshold.onnx") == {"threshold": 0.1, "value": 0.1}
     print("  each passes onnx.checker; rknn_cst imported at version 1 with no custom_opsets")
 
+    # region threshold_cast_symbolic
+    @parse_args("v", "f", "f")
+    def threshold_cast_symbolic(g, x, threshold, value):  # step 2's Casts, for dynamo=False
+        x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+        y = g.op("rknn_cst::cstThreshold", x32, threshold_f=threshold, value_f=value)
+        y.setType(x.type().with_dtype(torch.float32))
+        return g.op("CastLike", y, x)  # ONNX has CastLike from opset 15
 
-# In the RKNN environment (rknn-toolkit2 2.5.0, torch 2.4.0): steps 4-8, a second process ====
+    @parse_args("v", "v", "f")
+    def dual_residual_cast_symbolic(g, x, y, alpha):
+        x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+        y32 = g.op("Cast", y, to_i=onnx.TensorProto.FLOAT)
+        out_x, out_y = g.op("rknn_cst::cstDualResidual", x32, y32, alpha_f=alpha, outputs=2)
+        out_x.setType(x.type().with_dtype(torch.float32))
+        out_y.setType(y.type().with_dtype(torch.float32))
+        return g.op("CastLike", out_x, x), g.op("CastLike", out_y, y)
+
+    # For opsets 15 and later (these exports' 19): they replace the symbolics above.
+    register_custom_op_symbolic("aten::threshold", threshold_cast_symbolic, 15)
+    register_custom_op_symbolic("cst::dual_residual", dual_residual_cast_symbolic, 15)
+    # endregion
+
+    with harness.quiet():  # the exporter's C++ warnings, if any (shown with -v)
+        # region step3-2
+        for dtype in (torch.float16, torch.bfloat16):
+            x_half, y_half = x.to(dtype), y.to(dtype)
+            x_half[0, 0, 0, 0] = 0.1  # as in step 2
+            for name, model, inputs in [
+                ("threshold", threshold_model, (x_half,)),
+                ("dual_residual", dual_residual_model, (x_half, y_half)),
+            ]:
+                path = f"{name}_{str(dtype)[6:]}.onnx"
+                torch.onnx.export(model, inputs, path, dynamo=False, opset_version=19)
+                check_half(path, model, inputs)
+        # endregion
+    for name in KEPT[3][4:]:
+        casts = ["Cast", "rknn_cst.cstThreshold", "CastLike"] if name.startswith("threshold") else [
+            "Cast", "Cast", "rknn_cst.cstDualResidual", "CastLike", "CastLike"]
+        assert harness.op_types(name) == casts, (name, harness.op_types(name))
+        assert harness.opsets_of(onnx.load(name)) == {"": 19, "rknn_cst": 1}, name
+
+
+# In the RKNN environment (rknn-toolkit2 2.5.0, torch 2.4.0): steps 4-9, a second process ====
 
 
 # region cstThreshold
@@ -518,7 +658,7 @@ def step6_convert_and_compare():
             rknn.release()
         # endregion
     RESULTS["comparisons"] = results
-    expected = [name for step in (2, 3) if exported_by_step(step) for name in KEPT[step]]
+    expected = [name for step in (2, 3) if exported_by_step(step) for name in KEPT[step][:4]]
     assert sorted(results) == sorted(expected), f"converted {sorted(results)}, not {expected}"
     if not exported_by_step(2):
         RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[2])}: {step2_status()}")
@@ -640,31 +780,94 @@ def step8_traps():
         # endregion
 
 
+
+def step9_half_in_rknn():
+    """A float16 or bfloat16 model in RKNN: what the kernel receives"""
+    needs_step_3()
+    with rknn_log() as log:
+        # region step9
+        # Step 5's class, watched: which dtype does RKNN hand its compute?
+        compute = cstThreshold.compute
+        seen = []
+
+        def watched(self, node, inputs):
+            seen.append(inputs[0].dtype.name)
+            return compute(self, node, inputs)
+
+        cstThreshold.compute = watched  # the registered object's class: RKNN calls this one
+        received = {}
+        for path in [
+            "threshold.onnx",  # float32, for comparison
+            "threshold_float16.onnx", "threshold_float16_dynamo.onnx",  # the Casts around it
+            "failures/threshold_float16_dynamo.onnx",  # the node on float16 itself (step 2)
+        ]:
+            if not os.path.exists(path):  # torch < 2.6 writes no dynamo=True models (step 2)
+                continue
+            seen.clear()
+            rknn = to_rknn(path)  # float16 models: load_onnx warns, then reads them as float32
+            stem = os.path.splitext(path)[0]
+            (out,) = rknn.inference(inputs=[np.load(stem + "_input_0.npy")], data_format="nchw")
+            expected = np.load(stem + "_output_0.npy")  # PyTorch's, in the model's dtype
+            assert np.array_equal(out, expected.astype(np.float16).astype(np.float32)), path
+            rknn.release()
+            received[path] = sorted(set(seen))
+            print(f"  {path}: compute got {', '.join(received[path])}; out = float16(PyTorch's)")
+        cstThreshold.compute = compute
+        # endregion
+    RESULTS["evidence"]["compute_dtypes"] = received
+    warning = "some float16/float64 data types in the model have been modified to float32!"
+    assert log[0].count(warning) == len(received) - 1, log[0].count(warning)
+    assert set(map(tuple, received.values())) == {("float32",)}, received
+    print("  load_onnx warned for each float16 file: ... have been modified to float32!")
+    RESULTS["evidence"]["float16_warning"] = warning
+    if not exported_by_step(2):
+        RESULTS["skipped"].append(f"step 9: {', '.join(HALF_CONVERTED[1:])}: {step2_status()}")
+        harness.differs(f"the two dynamo=True float16 files not run: {step2_status()}")
+
+    with rknn_log():
+        # region step9-2
+        rknn = RKNN()
+        rknn.config(target_platform="rk3588")
+        assert rknn.load_onnx(model="threshold_bfloat16.onnx") == 0  # no warning for bfloat16
+        with expect_error("expected: (tensor(bfloat16))"):
+            rknn.build(do_quantization=False)
+        rknn.release()
+        # endregion
+
+
 # ---------------------------------------------------------------------------------------------
 
-STEPS = (step1_models, step2_export_dynamo, step3_export_torchscript)  # here; 4-8: RKNN_STEPS
+STEPS = (step1_models, step2_export_dynamo, step3_export_torchscript)  # here; 4-9: RKNN_STEPS
 RKNN_STEPS = (
     step4_before_the_first_build,
     step5_register,
     step6_convert_and_compare,
     step7_what_runs_where,
     step8_traps,
+    step9_half_in_rknn,
 )
-KEPT = {  # what each step writes and claims valid; each is also converted to NAME.rknn (step 6)
+HALF = ("threshold_float16", "dual_residual_float16", "threshold_bfloat16", "dual_residual_bfloat16")
+KEPT = {  # what each step writes and claims valid; the first four are converted to .rknn (step 6)
     2: ("threshold_dynamo.onnx", "dual_residual_dynamo.onnx", "conv_threshold_dynamo.onnx",
-        "deform_conv_dynamo.onnx"),
-    3: ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", "deform_conv.onnx"),
+        "deform_conv_dynamo.onnx", *(f"{name}_dynamo.onnx" for name in HALF)),
+    3: ("threshold.onnx", "dual_residual.onnx", "conv_threshold.onnx", "deform_conv.onnx",
+        *(f"{name}.onnx" for name in HALF)),
 }
-FAILURES = (  # step 2's two files that RKNN refuses (step 8), step 3's float16 edge (step 6)
-    "failures/conv_threshold_opset20.onnx",
+FAILURES = (  # step 2's two files that RKNN refuses (step 8), step 3's float16 edge (step 6),
+    "failures/conv_threshold_opset20.onnx",  # step 2's float16 model without the Casts (step 9)
     "failures/threshold_custom_domain_first.onnx",
     "failures/identity_conv_threshold.onnx",
+    "failures/threshold_float16_dynamo.onnx",
 )
-CONVERTED = tuple(m for models in KEPT.values() for m in models) + FAILURES[2:]
+HALF_CONVERTED = (  # step 9's (each with its float16 case), and the bfloat16 one it cannot build
+    "threshold_float16.onnx", "threshold_float16_dynamo.onnx", FAILURES[3],
+)
+CONVERTED = KEPT[2][:4] + KEPT[3][:4] + FAILURES[2:] + HALF_CONVERTED[:2]
+SAVED = CONVERTED + ("dual_residual_float16.onnx", "dual_residual_float16_dynamo.onnx")
 RESULTS_FILE = "rknn_results.json"  # the RKNN half's statuses and measurements (tests/ read it)
 OTHER_FILES = (RESULTS_FILE, *(m.removesuffix(".onnx") + ".rknn" for m in CONVERTED)) + tuple(
     f"{m.removesuffix('.onnx')}_{kind}_{i}.npy"
-    for m in CONVERTED
+    for m in SAVED
     for kind in ("input", "output")
     for i in range(2 if m.startswith("dual_residual") else 1)
 )
@@ -694,6 +897,23 @@ CAUSES = {
         "a `dynamo=True` model that lists the custom domain before the default one in "
         "`opset_import`: RKNN's version converter fails",
         2,
+    ),
+    "Type 'tensor(float16)' of input parameter (input)": (
+        "ONNX Runtime",
+        "a float16 model exported through float-only translations: the exporter writes the "
+        "custom node in float16 whatever the local schema says, and the kernel takes float32",
+        2,
+    ),
+    "has unsupported type: tensor(float16)": (
+        "onnx.checker",
+        "the full checker with the local schemas registered (`check_with_schemas`) catches a "
+        "custom node typed float16 where the schema lists float only, right after the export",
+        2,
+    ),
+    "expected: (tensor(bfloat16))": (
+        "RKNN-Toolkit2",
+        "`build()` on a bfloat16 model: RKNN-Toolkit2 2.5.0 feeds float32 to the model's "
+        "bfloat16 Casts when it runs the graph in ONNX Runtime; it reads float16, not bfloat16",
     ),
 }
 
@@ -731,13 +951,13 @@ def rknn_python() -> pathlib.Path:
     python = pathlib.Path(configured) if configured else VENV / "bin" / "python"
     if configured and not python.is_file():
         why = f"RKNN_PYTHON={configured} is not a file: unset it, or create the environment with"
-        raise harness.Skip(f"steps 4-8: {why}: {SETUP}")
+        raise harness.Skip(f"steps 4-9: {why}: {SETUP}")
     if not python.is_file():
-        raise harness.Skip(f"steps 4-8: no RKNN-Toolkit2 environment; create it with: {SETUP}")
+        raise harness.Skip(f"steps 4-9: no RKNN-Toolkit2 environment; create it with: {SETUP}")
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('rknn') is None)"
     if subprocess.run([str(python), "-c", probe], capture_output=True).returncode != 0:
         install = f"{python} -m pip install -r {HERE / 'requirements.txt'}"
-        raise harness.Skip(f"steps 4-8: {python} has no rknn-toolkit2: {install}")
+        raise harness.Skip(f"steps 4-9: {python} has no rknn-toolkit2: {install}")
     return python
 
 
@@ -745,12 +965,12 @@ def start_rknn_half(out: pathlib.Path) -> None:
     """harness.run's after(): this file again, in RKNN's environment, on DIR's files."""
     try:
         python = rknn_python()
-    except harness.Skip as reason:  # steps.json says so for steps 4-8
-        steps = {str(n): {"status": "skipped", "why": str(reason)} for n in range(4, 9)}
+    except harness.Skip as reason:  # steps.json says so for steps 4-9
+        steps = {str(n): {"status": "skipped", "why": str(reason)} for n in range(4, 10)}
         (out / RESULTS_FILE).write_text(json.dumps({"steps": steps}) + "\n", encoding="utf-8")
         harness.merge_summary(out / RESULTS_FILE)
         raise
-    print(f"\n-- steps 4-8 run in the RKNN environment: {python} test.py {RKNN_HALF}")
+    print(f"\n-- steps 4-9 run in the RKNN environment: {python} test.py {RKNN_HALF}")
     if problem := harness.write_summary(out / "steps.json"):  # steps 1-3, for the second half
         raise OSError(problem)
     sys.stdout.flush()
@@ -759,15 +979,15 @@ def start_rknn_half(out: pathlib.Path) -> None:
     proc = subprocess.run(command + (["-v"] if harness.VERBOSE else []), cwd=HERE)
     if (out / RESULTS_FILE).is_file():  # written pass or fail
         harness.merge_summary(out / RESULTS_FILE)
-    assert proc.returncode == 0, f"the second half (steps 4-8) exited {proc.returncode}"
+    assert proc.returncode == 0, f"the second half (steps 4-9) exited {proc.returncode}"
     converted = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))["comparisons"]
     missing = [m for m in converted if not (out / m).with_suffix(".rknn").is_file()]
     assert not missing, f"no .rknn file beside {missing}"
-    print(f"\n  steps 4-8 took {time.monotonic() - start:.0f} s")
+    print(f"\n  steps 4-9 took {time.monotonic() - start:.0f} s")
 
 
 def run_rknn_half(argv: list[str]) -> int:
-    """main() of the second process: steps 4-8 in DIR (--out), then DIR/rknn_results.json (their
+    """main() of the second process: steps 4-9 in DIR (--out), then DIR/rknn_results.json (their
     statuses, the comparisons, the log evidence), which the first half folds into steps.json."""
     out = pathlib.Path(argv[argv.index("--out") + 1]).resolve()
     harness.VERBOSE = "-v" in argv

@@ -1026,6 +1026,120 @@ def step6_rknn():
 
 
 # ---------------------------------------------------------------------------------------------
+# 7. A float16 or bfloat16 model: the box blur between Casts, its dims still dynamic
+# ---------------------------------------------------------------------------------------------
+
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region box_blur_half
+    # The kernel takes float32 only (onnxruntime-extensions' Python ops have no float16 or
+    # bfloat16), so the schema's T stays tensor(float) and a half model casts around the node.
+    def box_blur_cast_translation(x, width: int):  # step 3's node, for dynamo=True
+        y = box_blur_op(op.Cast(x, to=onnx.TensorProto.FLOAT), width=width)
+        return op.CastLike(y, x)  # back to the model's dtype; Cast and CastLike keep the dims
+
+
+    @parse_args("v", "i")
+    def box_blur_cast_symbolic(g, x, width):  # step 2's node, for dynamo=False
+        x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+        y = g.op("dynshape::BoxBlur", x32, width_i=width)
+        sizes = x.type().varyingSizes()  # None for a symbolic dim, as in step 2
+        length = None if sizes[-1] is None else sizes[-1] - width + 1
+        y.setType(x.type().with_dtype(torch.float32).with_sizes([*sizes[:-1], length]))
+        return g.op("CastLike", y, x)
+
+
+    def equal_at_two_sizes(path, dtype):
+        """PATH in ONNX Runtime at two batch sizes and lengths, against PyTorch in DTYPE."""
+        for shape in [(1, 3, 16), (5, 3, 40)]:
+            x = torch.randn(shape).to(dtype)
+            (actual,) = run_ort_torch(path, [x], ortx_options())
+            assert actual.dtype == dtype and torch.equal(actual, BoxBlurModel()(x)), path
+        print(f"    {actual.dtype} out at x[1,3,16] and x[5,3,40]: equal to PyTorch's")
+    # endregion
+
+
+@harness.needs_torch("2.4", "torch.library.custom_op came with 2.4: there is no box blur to export")
+def step7_half_precision():
+    """A float16 or bfloat16 model: the box blur between Casts, its dims still dynamic"""
+    if harness.TORCH < (2, 6):
+        harness.differs("custom_translation_table came with 2.6: only this step's dynamo=False files")
+    else:
+        half_dynamo()
+    # region step7-3
+    register_custom_op_symbolic("dynshape::box_blur", box_blur_cast_symbolic, 17)
+    axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 2: "blurred"}}  # step 2's
+    files = {torch.float16: "box_blur_float16.onnx", torch.bfloat16: "box_blur_bfloat16.onnx"}
+    for dtype, path in files.items():
+        torch.onnx.export(
+            BoxBlurModel().eval(), (torch.randn(2, 3, 16).to(dtype),), path, dynamo=False,
+            opset_version=17, input_names=["x"], output_names=["y"], dynamic_axes=axes,
+            custom_opsets={"dynshape": 1},
+        )
+        check_with_schemas(path, box_blur_schema)
+        print(f"  {path}:", signature(path))
+        if onnx_op is not None:
+            equal_at_two_sizes(path, dtype)
+    register_custom_op_symbolic("dynshape::box_blur", box_blur_symbolic, 17)  # back to step 2's
+    # endregion
+    for dtype, kind in HALF.items():
+        path = f"box_blur_{str(dtype)[6:]}.onnx"
+        exported = harness.show(path)
+        assert harness.op_types(path) == ["Cast", "dynshape.BoxBlur", "CastLike"], path
+        assert signature(path) == "x[batch,3,length] -> y[batch,3,blurred]", signature(path)
+        assert exported.graph.input[0].type.tensor_type.elem_type == kind, path
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
+HALF = {torch.float16: onnx.TensorProto.FLOAT16, torch.bfloat16: onnx.TensorProto.BFLOAT16}
+
+
+def half_dynamo():
+    # region step7
+    model, x = BoxBlurModel().eval(), torch.randn(2, 3, 16).to(torch.bfloat16)
+    dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length", min=4)}}  # step 3's
+    table = {torch.ops.dynshape.box_blur.default: box_blur_translation}  # step 3's: T = float
+    path = "failures/box_blur_bf16_dynamo.onnx"
+    torch.onnx.export(
+        model, (x,), path, dynamo=True, verbose=False, external_data=False,
+        custom_translation_table=table, dynamic_shapes=dynamic_shapes,
+    )
+    print(f"  {path}: exported, BoxBlur on bfloat16 (schema: float)")
+    if onnx_op is not None:
+        with expect_error("Type 'tensor(bfloat16)' of input parameter (x) of operator (BoxBlur)"):
+            ort.InferenceSession(path, ortx_options(), providers=["CPUExecutionProvider"])
+    with expect_error("has unsupported type: tensor(bfloat16)"):
+        check_with_schemas(path, box_blur_schema)  # right after the export: caught there
+    # endregion
+    assert harness.op_types(path) == ["dynshape.BoxBlur"]
+    harness.show(path)
+
+    # region step7-2
+    table = {torch.ops.dynshape.box_blur.default: box_blur_cast_translation}
+    files = {
+        torch.float16: "box_blur_float16_dynamo.onnx",
+        torch.bfloat16: "box_blur_bfloat16_dynamo.onnx",
+    }
+    for dtype, path in files.items():
+        torch.onnx.export(
+            model, (torch.randn(2, 3, 16).to(dtype),), path, dynamo=True, verbose=False,
+            external_data=False, custom_translation_table=table, dynamic_shapes=dynamic_shapes,
+        )
+        check_with_schemas(path, box_blur_schema)
+        print(f"  {path}:", signature(path))
+        if onnx_op is not None:
+            equal_at_two_sizes(path, dtype)
+    # endregion
+    for dtype, path in files.items():
+        exported = harness.show(path)  # torch 2.6 keeps the CastLike; later a Cast
+        ops = harness.op_types(path)
+        assert ops[:2] == ["Cast", "dynshape.BoxBlur"] and ops[2] in ("Cast", "CastLike"), ops
+        assert input_dims(exported) == in_file(["batch", "3", "length"]), input_dims(exported)
+        assert harness.output_dims(exported) == in_file(["batch", 3, "length - 2"])
+        assert exported.graph.input[0].type.tensor_type.elem_type == HALF[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
 
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     2: ("threshold.onnx", "box_blur.onnx", "min_max.onnx", "cdist.onnx"),
@@ -1038,17 +1152,27 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
         "cdist_dynamo.onnx",
     ),
     4: ("positive_node_dynamo.onnx",),
+    7: (
+        "box_blur_float16_dynamo.onnx",
+        "box_blur_bfloat16_dynamo.onnx",
+        "box_blur_float16.onnx",
+        "box_blur_bfloat16.onnx",
+    ),
 }
 # What this torch does not write (steps 2 and 3 say why): this example's still, not required
-NOT_HERE = ("box_blur.onnx",) * (not hasattr(torch.library, "custom_op")) + (
-    "min_max_dynamo.onnx",
-) * (harness.TORCH < (2, 8))
+NOT_HERE = (
+    ("box_blur.onnx", "box_blur_float16.onnx", "box_blur_bfloat16.onnx")
+    * (not hasattr(torch.library, "custom_op"))
+    + ("box_blur_float16_dynamo.onnx", "box_blur_bfloat16_dynamo.onnx") * (harness.TORCH < (2, 6))
+    + ("min_max_dynamo.onnx",) * (harness.TORCH < (2, 8))
+)
 KEPT = {step: tuple(m for m in models if m not in NOT_HERE) for step, models in KEPT.items()}
 FAILURES = (
     "failures/threshold_fixed_dynamo.onnx",
     "failures/threshold_fixed.onnx",
     "failures/threshold_frozen.onnx",
     "failures/cdist.onnx",
+    "failures/box_blur_bf16_dynamo.onnx",
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
@@ -1090,6 +1214,13 @@ CAUSES = {
     "'SymbolicDim' object cannot be interpreted as an integer": ("dynamo=True",
         "a translation loops over a traced size (`range(self.shape[-1])`) that is symbolic "
         "under `dynamic_shapes`: keep that dim static, or write the translation without it"),
+    "Type 'tensor(bfloat16)' of input parameter (x) of operator (BoxBlur)": ("ONNX Runtime",
+        "a custom node of a type its kernel is not declared for (`PyCustomOpDef.dt_float`): the "
+        "exporter wrote the model's bfloat16, though the local schema lists `tensor(float)` only; "
+        "cast to float32 around the node", 7),
+    "has unsupported type: tensor(bfloat16)": ("onnx.checker",
+        "with the op's schema registered, the checker refuses a node of a type the schema does not "
+        "list: the check the exporter does not make for a local schema", 7),
 }
 
 

@@ -631,6 +631,112 @@ if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with tor
 
 
 # ---------------------------------------------------------------------------------------------
+# 7. A float16 or bfloat16 model: the node between Casts
+# ---------------------------------------------------------------------------------------------
+
+# region blur1d_half
+# The kernels take float32 only (onnxruntime-extensions' Python ops have no float16 or
+# bfloat16), so BLUR1D_SCHEMA's T stays tensor(float): a half model casts around the node.
+def blur1d_cast_translation(x, weights, dilation, padding):
+    x32 = op.Cast(x, to=onnx.TensorProto.FLOAT)
+    y = Blur1d(x32, weights=weights, dilation=dilation, padding=padding)
+    return op.CastLike(y, x)  # back to the model's dtype (ONNX's CastLike: opset 15 or later)
+
+
+@parse_args("v", "fs", "i", "s")
+def blur1d_cast_symbolic(g, x, weights, dilation, padding):  # the same Casts, for dynamo=False
+    x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+    y = g.op("demo::Blur1d", x32, weights_f=weights, dilation_i=dilation, padding_s=padding)
+    y.setType(x.type().with_dtype(torch.float32))
+    return g.op("CastLike", y, x)
+# endregion
+
+
+# region compare_half
+def compare_half(path, model, x):
+    """PATH's test copy in ONNX Runtime with step 5's kernel, against MODEL in x's dtype, to one
+    unit in the last place of that dtype (each side rounds once from float32: see below)."""
+    test_copy = lists_as_inputs(onnx.load(path)).SerializeToString()
+    with contextlib.redirect_stdout(io.StringIO()):  # step 5's kernel prints at each call
+        (actual,) = run_ort_torch(test_copy, [x], ortx_options())
+    eps = torch.finfo(x.dtype).eps  # the spacing at 1: 2**-10 (float16), 2**-7 (bfloat16)
+    atol = torch.finfo(x.dtype).tiny * eps  # one unit in the last place below the normals
+    torch.testing.assert_close(actual, model(x), rtol=eps, atol=atol)  # dtypes too
+    print(f"  {path}: {actual.dtype} out, within 1 ulp of PyTorch's")
+# endregion
+
+
+@harness.needs_torch(
+    "2.6",
+    "custom_translation_table came with torch 2.6; PyTorch's CPU reflect padding takes float16 "
+    "from 2.6 too (torch 2.4: \"reflection_pad1d\" not implemented for 'Half')",
+)
+def step7_half_precision():
+    """A float16 or bfloat16 model: the node between Casts"""
+    # region step7
+    model, x = Blur().eval(), torch.randn(2, 3, 16).to(torch.bfloat16)
+    table = {torch.ops.demo.blur1d.default: blur1d_translation}  # step 2's: T = tensor(float)
+    path = "failures/blur1d_bfloat16_dynamo.onnx"
+    torch.onnx.export(
+        model, (x,), path, dynamo=True, verbose=False, external_data=False,
+        custom_translation_table=table,
+    )
+    (node,) = onnx.load(path).graph.node
+    print(f"  {path}: exported, {node.op_type} on bfloat16 (its schema: float)")
+    if onnx_op is not None:
+        with expect_error("Type 'tensor(bfloat16)' of input parameter (x) of operator (Blur1d)"):
+            python_kernel_session(onnx.load(path).SerializeToString())  # step 5's test copy
+    with expect_error("has unsupported type: tensor(bfloat16)"):
+        check_with_schemas(path, BLUR1D_SCHEMA)  # right after the export: caught there
+    # endregion
+
+    # region step7-2
+    table = {torch.ops.demo.blur1d.default: blur1d_cast_translation}
+    for dtype, path in [
+        (torch.float16, "blur1d_float16_dynamo.onnx"),
+        (torch.bfloat16, "blur1d_bfloat16_dynamo.onnx"),
+    ]:
+        x = torch.randn(2, 3, 16).to(dtype)
+        torch.onnx.export(
+            model, (x,), path, dynamo=True, verbose=False, external_data=False,
+            custom_translation_table=table,
+        )
+        check_with_schemas(path, BLUR1D_SCHEMA)
+        print(f"  {path}: {[n.op_type for n in onnx.load(path).graph.node]}, full check passed")
+        if onnx_op is not None:
+            compare_half(path, model, x)
+    # endregion
+    for path in ("blur1d_float16_dynamo.onnx", "blur1d_bfloat16_dynamo.onnx"):
+        harness.show(path)  # torch 2.6 keeps the CastLike; later a Cast
+        ops = harness.op_types(path)
+        assert ops[:2] == ["Cast", "demo.Blur1d"] and ops[2] in ("Cast", "CastLike"), ops
+        check_node(onnx.load(path))
+
+    # region step7-3
+    register_custom_op_symbolic("demo::blur1d", blur1d_cast_symbolic, 1)
+    for dtype, path in [
+        (torch.float16, "blur1d_float16_torchscript.onnx"),
+        (torch.bfloat16, "blur1d_bfloat16_torchscript.onnx"),
+    ]:
+        x = torch.randn(2, 3, 16).to(dtype)
+        torch.onnx.export(
+            model, (x,), path, dynamo=False, opset_version=18,
+            input_names=["x"], output_names=["y"], custom_opsets={"demo": 1},
+        )
+        check_with_schemas(path, BLUR1D_SCHEMA)
+        print(f"  {path}: {[n.op_type for n in onnx.load(path).graph.node]}, full check passed")
+        if onnx_op is not None:
+            compare_half(path, model, x)
+    # endregion
+    for path in ("blur1d_float16_torchscript.onnx", "blur1d_bfloat16_torchscript.onnx"):
+        harness.show(path)
+        assert harness.op_types(path) == ["Cast", "demo.Blur1d", "CastLike"], path
+        check_node(onnx.load(path))
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
+# ---------------------------------------------------------------------------------------------
 
 DYNAMO = harness.TORCH >= (2, 6)  # custom_translation_table: step 4's dynamo=True file
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
@@ -638,8 +744,18 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
     3: ("blur1d_torchscript.onnx",),
     4: ("blur1d_standard_torchscript.onnx", *(("blur1d_standard_dynamo.onnx",) if DYNAMO else ())),
     5: ("blur1d_pick_dynamo.onnx",) if DYNAMO else (),
+    7: (
+        "blur1d_float16_dynamo.onnx",
+        "blur1d_bfloat16_dynamo.onnx",
+        "blur1d_float16_torchscript.onnx",
+        "blur1d_bfloat16_torchscript.onnx",
+    ) if DYNAMO else (),
 }
-FAILURES = ("failures/blur1d_plain.onnx", "failures/blur1d_into_torchscript.onnx")
+FAILURES = (
+    "failures/blur1d_plain.onnx",
+    "failures/blur1d_into_torchscript.onnx",
+    "failures/blur1d_bfloat16_dynamo.onnx",
+)
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
     "There was no fake impl registered for": (
@@ -674,6 +790,19 @@ CAUSES = {
         "`auto_functionalized` call, which the exporter cannot translate: export an op that "
         "returns its result",
         6,
+    ),
+    "Type 'tensor(bfloat16)' of input parameter (x) of operator (Blur1d)": (
+        "ONNX Runtime",
+        "a custom node of a type its kernel is not declared for (`PyCustomOpDef.dt_float`): the "
+        "exporter wrote the model's bfloat16, though the local schema lists `tensor(float)` only; "
+        "cast to float32 around the node",
+        7,
+    ),
+    "has unsupported type: tensor(bfloat16)": (
+        "onnx.checker",
+        "with the op's schema registered, the full checker refuses a node of a type the schema "
+        "does not list: the check the exporter does not make for a local schema",
+        7,
     ),
 }
 

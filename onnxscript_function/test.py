@@ -393,18 +393,123 @@ def step6_function_with_attributes():
 
 
 # ---------------------------------------------------------------------------------------------
+# 7. A float16 or bfloat16 model: the function computed in float32, between Casts
+# ---------------------------------------------------------------------------------------------
+
+# region j0_half
+# ONNX's Sin takes no bfloat16 before opset 22, and ONNX Runtime's CPU provider has no bfloat16
+# Div, Equal, Where, Exp or Mul: the functions compute in float32, the model's dtype outside.
+def j0_cast_translation(x):
+    y = j0_translation(opset18.Cast(x, to=FLOAT.dtype))
+    return opset18.CastLike(y, x)  # back to the model's dtype
+
+
+def selu_cast_symbolic(g, x):  # the same for dynamo=False: Cast, the call on float32, CastLike
+    x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+    y = g.onnxscript_op(Selu, x32).setType(x.type().with_dtype(torch.float32))
+    return g.op("CastLike", y, x)
+
+
+# One unit in the last place of each dtype, relative to the value, and below the normal range
+# its smallest step: the most by which two roundings of nearly equal float32 values differ.
+UNIT = {torch.float16: (2**-10, 2**-24), torch.bfloat16: (2**-7, 2**-133)}
+# endregion
+
+
+@harness.needs_torch("2.6", harness.TABLE)
+def step7_half_precision():
+    """A float16 or bfloat16 model: the function computed in float32, between Casts"""
+    os.makedirs("failures", exist_ok=True)  # step 3 made it on the page
+    # region step7
+    model = J0().eval()
+    x = (torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4).to(torch.bfloat16)  # step 1's x
+    with expect_error("\"spherical_bessel_j0_cpu\" not implemented for 'BFloat16'"):
+        model(x)  # no half kernel in PyTorch: the reference is its float32 result, rounded
+    table = {torch.ops.aten.special_spherical_bessel_j0.default: SphericalBesselJ0}  # x: FLOAT
+    path = "failures/j0_bf16_dynamo.onnx"
+    torch.onnx.export(
+        model, (x,), path, dynamo=True, verbose=False, custom_translation_table=table
+    )
+    ops = " ".join(node.op_type for node in onnx.load(path).graph.node)
+    print(f"  {path}: exported, {ops} on bfloat16")
+    with expect_error("Type 'tensor(bfloat16)' of input parameter (x) of operator (Sin)"):
+        ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    with expect_error("has unsupported type: tensor(bfloat16)"):
+        onnx.checker.check_model(path, full_check=True)  # right after the export: caught
+    # endregion
+    assert onnx.load(path).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+
+    # region step7-2
+    table = {torch.ops.aten.special_spherical_bessel_j0.default: j0_cast_translation}
+    paths = {torch.float16: "j0_float16_dynamo.onnx", torch.bfloat16: "j0_bfloat16_dynamo.onnx"}
+    for dtype, path in paths.items():
+        x = (torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4).to(dtype)
+        name = str(dtype)[6:]  # float16, bfloat16
+        torch.onnx.export(
+            model, (x,), path, dynamo=True, verbose=False, custom_translation_table=table
+        )
+        onnx.checker.check_model(path, full_check=True)
+        (actual,) = run_ort_torch(path, [x])
+        expected = model(x.float()).to(dtype)  # PyTorch's float32 result, rounded once
+        rtol, atol = UNIT[dtype]
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+        diff = (actual.float() - expected.float()).abs().max().item()
+        print(f"  {path}: {name} out, max diff {diff:.1e} (rtol={rtol:.1e}, atol={atol:.1e})")
+        assert actual.dtype == dtype
+    # endregion
+    elem_type = {torch.float16: onnx.TensorProto.FLOAT16, torch.bfloat16: onnx.TensorProto.BFLOAT16}
+    for dtype, path in paths.items():
+        exported = harness.show(path)
+        ops = harness.op_types(path)
+        assert ops[0] == "Cast" and ops[-1] in ("Cast", "CastLike") and "Sin" in ops, ops
+        assert exported.graph.input[0].type.tensor_type.elem_type == elem_type[dtype]
+        assert exported.graph.output[0].type.tensor_type.elem_type == elem_type[dtype]
+
+    # region step7-3
+    model = torch.nn.SELU().eval()
+    register_custom_op_symbolic("aten::selu", selu_cast_symbolic, 15)
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16).to(dtype)  # step 4's x
+        name = str(dtype)[6:]
+        path = f"selu_function_{name}.onnx"
+        torch.onnx.export(
+            model, (x,), path, dynamo=False, opset_version=15, output_names=["y"],
+            custom_opsets={"custom-onnx-script": 1},
+        )
+        onnx.checker.check_model(path, full_check=True)
+        (actual,) = run_ort_torch(path, [x])
+        rtol, _ = UNIT[dtype]  # and step 4's float32 atol, for exp(x) - 1 just below 0
+        expected = model(x)  # PyTorch's half SELU: computed in float32, rounded once
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=1e-6, equal_nan=True)
+        diff = (actual.float() - expected.float()).abs().max().item()
+        print(f"  {path}: {name} out, max diff {diff:.1e} (rtol={rtol:.1e}, atol=1.0e-06)")
+    unregister_custom_op_symbolic("aten::selu", 15)
+    # endregion
+
+    for name in KEPT[7][2:]:
+        harness.show(name)
+        assert harness.op_types(name) == ["Cast", "custom-onnx-script.Selu", "CastLike"], name
+        assert harness.opsets_of(onnx.load(name)) == {"": 15, "custom-onnx-script": 1}
+
+
+# ---------------------------------------------------------------------------------------------
 
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: ("j0_dynamo_plain.onnx", "j0_dynamo_script.onnx"),
     3: ("j0_function.onnx",),
     4: ("selu_function.onnx", "selu_function_inlined.onnx"),
     6: ("threshold_function.onnx",),
+    7: (
+        "j0_float16_dynamo.onnx", "j0_bfloat16_dynamo.onnx",
+        "selu_function_float16.onnx", "selu_function_bfloat16.onnx",
+    ),
 }
 FAILURES = (
     "failures/j0_plain.onnx",
     "failures/selu_function_opset14.onnx",
     "failures/selu_function_in_opset17_model.onnx",
     "failures/selu_registered_above_export_opset.onnx",
+    "failures/j0_bf16_dynamo.onnx",
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
@@ -435,6 +540,24 @@ CAUSES = {
         "onnx.checker",
         "the function imports opset 15 and the model opset 17: a function must import the "
         "model's version of each domain",
+    ),
+    "\"spherical_bessel_j0_cpu\" not implemented for 'BFloat16'": (
+        "PyTorch",
+        "PyTorch's CPU kernel for the op has no float16 or bfloat16: compare a half model with "
+        "PyTorch's float32 result, rounded once to that dtype",
+        7,
+    ),
+    "Type 'tensor(bfloat16)' of input parameter (x) of operator (Sin)": (
+        "ONNX Runtime",
+        "the exporter wrote the function's ops on bfloat16 whatever its `FLOAT` annotations say, "
+        "and ONNX's `Sin` takes no bfloat16 before opset 22: cast to float32 around the function",
+        7,
+    ),
+    "has unsupported type: tensor(bfloat16)": (
+        "onnx.checker",
+        "the full checker finds a standard op on a type its schema does not list (here `Sin` on "
+        "bfloat16): the check the exporter does not make; cast to float32 around the function",
+        7,
     ),
 }
 

@@ -24,6 +24,7 @@ from page_helpers import *  # noqa: F403 - the page's first block: common import
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
 # region imports
+from onnxscript import FLOAT
 from onnxscript import opset18 as op
 # endregion
 
@@ -419,6 +420,145 @@ def step7_dynamo_ignores_the_symbolic():
 
 
 # ---------------------------------------------------------------------------------------------
+# 8. A float16 or bfloat16 model: the ops between Casts
+# ---------------------------------------------------------------------------------------------
+
+
+# region ReluAndClip
+class ReluAndClip(torch.nn.Module):  # two outputs: no Clip and Relu for the optimizer to fold
+    def forward(self, x):
+        return MyRelu.apply(x), MyClip.apply(x, 0.5)
+# endregion
+
+
+# region float32_translations
+# ONNX Runtime's CPU has no bfloat16 Relu (nor Add, Max): each translation computes in float32
+# between Casts, back to the model's dtype (CastLike: opset 15 or later).
+def my_clip_float32_translation(x, min: float):
+    return op.CastLike(my_clip_translation(op.Cast(x, to=FLOAT.dtype), min), x)
+
+
+def my_relu_float32_translation(x):
+    return op.CastLike(my_relu_translation(op.Cast(x, to=FLOAT.dtype)), x)
+# endregion
+
+
+# region symbolic_pythonop_float32
+def symbolic_pythonop_float32(g, x, *args, **kwargs):  # the same Casts, for dynamo=False
+    x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+    x32.setType(x.type().with_dtype(torch.float32))
+    y = symbolic_pythonop(g, x32, *args, **kwargs)  # step 5's symbolic, on float32
+    y.setType(x.type().with_dtype(torch.float32))  # float32, not the node's own dtype
+    return g.op("CastLike", y, x)
+# endregion
+
+
+@harness.needs_torch("2.1", "PyTorch's CPU clamp has no float16 before 2.1 (\"clamp_min_scalar_cpu\" "
+                     "not implemented for 'Half', pytorch/pytorch#99563): no reference")
+def step8_half_precision():
+    """A float16 or bfloat16 model: the ops between Casts"""
+    model = ReluAndClip().eval()  # as the region below makes it, for torch < 2.6
+    if harness.TORCH < (2, 6):
+        harness.differs("dynamo=True's half is not shown: " + harness.TABLE)
+    else:
+        # region step8
+        # Step 2's translations on a bfloat16 model, each Function's apply patched as in step 3.
+        model = ReluAndClip().eval()
+        MyClip.apply = torch.ops.pythonop_demo.my_clip
+        MyRelu.apply = torch.ops.pythonop_demo.my_relu
+        x = torch.randn(2, 3).to(torch.bfloat16)
+        onnx_program = torch.onnx.export(
+            model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
+        )
+        path = "failures/relu_and_clip_bf16_dynamo.onnx"
+        onnx_program.save(path)
+        onnx.checker.check_model(path, full_check=True)  # ONNX's Relu takes bfloat16: it passes
+        ops = [n.op_type for n in onnx.load(path).graph.node]
+        print(f"  {path}: {' '.join(ops)}, full check passed")
+        with expect_error("Could not find an implementation for"):  # Relu(14); 2.6-2.8: Max(13)
+            assert_onnx_program(onnx_program, rtol=0, atol=0)  # a session, right after export
+        # endregion
+
+        # region step8-2
+        table = {
+            torch.ops.pythonop_demo.my_clip.default: my_clip_float32_translation,
+            torch.ops.pythonop_demo.my_relu.default: my_relu_float32_translation,
+        }
+        for dtype in (torch.float16, torch.bfloat16):
+            x = torch.randn(2, 3).to(dtype)
+            onnx_program = torch.onnx.export(
+                model, (x,), dynamo=True, verbose=False, custom_translation_table=table
+            )
+            path = f"relu_and_clip_{str(dtype)[6:]}_dynamo.onnx"
+            onnx_program.save(path)
+            onnx.checker.check_model(path, full_check=True)
+            actual = run_ort_torch(path, [x])  # torch 2.6's assert_onnx_program takes no bfloat16
+            for a, expected in zip(actual, model(x), strict=True):
+                assert a.dtype == dtype and torch.equal(a, expected)  # selections: exact
+            ops = [n.op_type for n in onnx.load(path).graph.node]
+            print(f"  {path}: {' '.join(ops)}, equals PyTorch")
+        del MyClip.apply, MyRelu.apply
+        # endregion
+        for dtype in (torch.float16, torch.bfloat16):
+            check_half_dynamo(f"relu_and_clip_{str(dtype)[6:]}_dynamo.onnx", dtype)
+        assert "apply" not in vars(MyClip) and "apply" not in vars(MyRelu), "the patch outlived it"
+        failed = sorted(harness.op_types("failures/relu_and_clip_bf16_dynamo.onnx"))
+        if unoptimized():  # the Clip's bound: a Constant and a CastLike
+            assert failed == ["CastLike", "Clip", "Constant", "Relu"], failed
+        else:
+            assert failed == ["Clip", "Relu"], failed
+
+    # region step8-3
+    # Registered in place of step 6's symbolic_pythonop (which it calls), for every Function.
+    register_custom_op_symbolic("prim::PythonOp", symbolic_pythonop_float32, 1)
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(2, 3).to(dtype)
+        path = f"relu_and_clip_{str(dtype)[6:]}.onnx"
+        torch.onnx.export(
+            model, (x,), path, dynamo=False, opset_version=17, input_names=["x"],
+            output_names=["relu", "clip"],
+        )
+        onnx.checker.check_model(path, full_check=True)
+        actual = run_ort_torch(path, [x])  # bfloat16 too: numpy has none
+        for a, expected in zip(actual, model(x), strict=True):
+            assert a.dtype == dtype and torch.equal(a, expected)  # selections: exact
+        ops = [n.op_type for n in onnx.load(path).graph.node]
+        print(f"  {path}: {' '.join(ops)}, equals PyTorch")
+    # endregion
+    for dtype in (torch.float16, torch.bfloat16):
+        path = f"relu_and_clip_{str(dtype)[6:]}.onnx"
+        exported = harness.show(path)
+        check_half_ends(exported, dtype)
+        ops = harness.op_types(path)
+        assert ops == ["Cast", "Relu", "CastLike", "Cast", "Constant", "Clip", "CastLike"], ops
+        assert harness.opsets_of(exported) == {"": 17}, exported.opset_import
+
+
+def check_half_ends(model, dtype):
+    """The model's inputs and outputs are in DTYPE; its Relu and Clip take a Cast to float32."""
+    elem = {torch.float16: onnx.TensorProto.FLOAT16, torch.bfloat16: onnx.TensorProto.BFLOAT16}
+    ends = [*model.graph.input, *model.graph.output]
+    assert all(v.type.tensor_type.elem_type == elem[dtype] for v in ends), ends
+    made_by = {out: n for n in model.graph.node for out in n.output}
+    for node in (n for n in model.graph.node if n.op_type in ("Relu", "Clip")):  # on float32
+        cast = made_by.get(node.input[0])
+        assert cast is not None and cast.op_type == "Cast", (node.op_type, node.input[0])
+        assert cast.attribute[0].i == onnx.TensorProto.FLOAT, cast
+
+
+def check_half_dynamo(path, dtype):
+    """Step 8's dynamo=True files: the model's dtype at both ends, float32 Relu and Clip between."""
+    check_half_ends(harness.show(path), dtype)
+    ops = harness.op_types(path)
+    if unoptimized():  # CastLike stays, the Clip's bound a Constant with its CastLike
+        assert sorted(ops) == sorted(["Cast", "Relu", "CastLike", "Cast", "Constant", "CastLike",
+                                      "Clip", "CastLike"]), ops
+    else:  # the optimizer shares the one Cast of x and makes each CastLike a Cast
+        assert ops == ["Cast", "Relu", "Cast", "Clip", "Cast"], ops
+    check_dynamo_opsets("clip_then_relu_dynamo.onnx", path)
+
+
+# ---------------------------------------------------------------------------------------------
 
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     1: ("clip_then_relu_dynamo.onnx", "two_clips_dynamo.onnx"),
@@ -427,12 +567,17 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
     4: ("inlined.onnx",),
     5: ("pythonop.onnx",),
     6: ("pythonop_by_argument.onnx",),
+    8: ("relu_and_clip_float16_dynamo.onnx", "relu_and_clip_bfloat16_dynamo.onnx",
+        "relu_and_clip_float16.onnx", "relu_and_clip_bfloat16.onnx"),
 }
-FAILURES = (  # only pythonop_old_name.onnx is written: the other exports fail before writing
+if harness.TORCH < (2, 6):  # step 8 writes its dynamo=True files from 2.6 on (custom_translation_table)
+    KEPT[8] = tuple(m for m in KEPT[8] if not m.endswith("_dynamo.onnx"))
+FAILURES = (  # the exports that fail write nothing
     "failures/pythonop_no_symbolic.onnx",
     "failures/unknown_function.onnx",
     "failures/pythonop_old_name.onnx",
     "failures/pythonop_old_signature.onnx",
+    "failures/relu_and_clip_bf16_dynamo.onnx",  # step 8: bfloat16 Relu, refused by ONNX Runtime
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
@@ -458,6 +603,18 @@ CAUSES = {
         "dynamo=False",
         "the `prim::PythonOp` symbolic's own error for a Function its table does not name: add "
         "the Function to the table",
+    ),
+    "Could not find an implementation for Relu(14)": (
+        "ONNX Runtime",
+        "ONNX allows a bfloat16 `Relu` (the full checker passes), but ONNX Runtime's CPU provider "
+        "has no bfloat16 `Relu` kernel (nor `Add`, `Max`): compute in float32 between Casts",
+        8,
+    ),
+    "Could not find an implementation for Max(13)": (
+        "ONNX Runtime",
+        "the same on torch 2.6 to 2.8 (opset 18): the bfloat16 node ONNX Runtime names is a `Max` "
+        "it made itself (the node has no name); no CPU kernel for it either",
+        8,
     ),
 }
 

@@ -12,6 +12,7 @@ file; the lines around them are checks.
 """
 
 import pathlib
+import subprocess
 import sys
 import warnings
 
@@ -24,6 +25,7 @@ from page_helpers import *  # noqa: F403 - the page's first block: common import
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
 # region imports
+import ml_dtypes
 import onnxscript
 import torchvision
 from onnx.defs import OpSchema
@@ -854,6 +856,110 @@ def step12_contrib_symbolic():
     assert not onnx.defs.has("CDist", "com.microsoft")  # the checker passed CDist unchecked
 
 
+# --- 13. dynamo=True: a float16 or bfloat16 model, the node between Casts ---
+
+# region threshold_half
+# The kernel takes float32 only (onnxruntime-extensions' Python ops have no float16, no
+# bfloat16), so the schema's T stays tensor(float), and a half model casts around the node.
+def threshold_cast_translation(x, threshold: float, value: float):
+    y = cst_threshold(op.Cast(x, to=FLOAT.dtype), threshold=threshold, value=value)
+    return op.CastLike(y, x)  # back to the model's dtype (ONNX's CastLike: opset 15 or later)
+# endregion
+
+
+@harness.needs_torch("2.6", NEEDS_2_6)
+def step13_dynamo_half_precision():
+    """dynamo=True: a float16 or bfloat16 model, the node between Casts"""
+    # region step13
+    model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10).to(torch.bfloat16)
+    table = {torch.ops.aten.threshold.default: threshold_local_schema}  # step 2's: T = float
+    path = "failures/threshold_bf16_dynamo.onnx"
+    torch.onnx.export(
+        model, (x,), path, dynamo=True, verbose=False, external_data=False,
+        custom_translation_table=table,
+    )
+    (node,) = onnx.load(path).graph.node
+    print(f"  {path}: exported, {node.op_type} on bfloat16 (schema: float)")
+    if onnx_op is not None:
+        with expect_error("Type 'tensor(bfloat16)' of input parameter (x)"):
+            ort.InferenceSession(path, ortx_options(), providers=["CPUExecutionProvider"])
+    with expect_error("has unsupported type: tensor(bfloat16)"):
+        check_with_schemas(path, threshold_schema)  # right after the export: caught there
+    # endregion
+    if onnx_op is not None:
+        bfloat16_kernel_aborts()
+
+    # region step13-2
+    table = {torch.ops.aten.threshold.default: threshold_cast_translation}
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(1, 3, 10, 10).to(dtype)
+        x[0, 0, 0, 0] = 0.1  # 0.09998 in float16, 0.1001 in bfloat16: one each side of 0.1
+        path = f"threshold_{str(dtype)[6:]}_dynamo.onnx"
+        torch.onnx.export(
+            model, (x,), path, dynamo=True, verbose=False, external_data=False,
+            custom_translation_table=table,
+        )
+        check_with_schemas(path, threshold_schema)
+        print(f"  {path}: {[n.op_type for n in onnx.load(path).graph.node]}, full check passed")
+        if onnx_op is not None:
+            if dtype == torch.bfloat16:  # session.run takes numpy arrays: none is bfloat16
+                with expect_error("Numpy_type 256 can't be converted to MLDataType"):
+                    run_ort(path, {"x": x.float().numpy().astype(ml_dtypes.bfloat16)}, ortx_options())
+            (actual,) = run_ort_torch(path, [x], ortx_options())
+            assert actual.dtype == dtype and torch.equal(actual, model(x))  # a selection: exact
+            print(f"  {path}: {actual.dtype} out, equal to PyTorch's")
+    # endregion
+    for path in KEPT[13]:
+        exported = harness.show(path)  # torch 2.6's exporter keeps the CastLike; later a Cast
+        ops = harness.op_types(path)
+        assert ops[:2] == ["Cast", "rknn_cst.cstThreshold"] and ops[2] in ("Cast", "CastLike"), ops
+        assert harness.output_dims(exported) == [1, 3, 10, 10]
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
+# --- 14. dynamo=False: a float16 or bfloat16 model, the node between Casts ---
+
+# region threshold_cast_symbolic
+@parse_args("v", "f", "f")
+def threshold_cast_symbolic(g, x, threshold, value):  # step 13's Casts, for dynamo=False
+    x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+    y = g.op("rknn_cst::cstThreshold", x32, threshold_f=threshold, value_f=value)
+    y.setType(x.type().with_dtype(torch.float32))
+    return g.op("CastLike", y, x)
+# endregion
+
+
+@harness.needs_torch("2.1", "PyTorch's CPU threshold has no float16 before 2.1 (torch 1.13: "
+                     "\"threshold_cpu\" not implemented for 'Half'): no reference to compare with")
+def step14_torchscript_half_precision():
+    """dynamo=False: a float16 or bfloat16 model, the node between Casts"""
+    # region step14
+    model = ThresholdModel().eval()
+    register_custom_op_symbolic("aten::threshold", threshold_cast_symbolic, 15)
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(1, 3, 10, 10).to(dtype)
+        x[0, 0, 0, 0] = 0.1  # as in step 13
+        path = f"threshold_{str(dtype)[6:]}.onnx"
+        torch.onnx.export(
+            model, (x,), path, dynamo=False, opset_version=17, custom_opsets={"rknn_cst": 1}
+        )
+        check_with_schemas(path, threshold_schema)
+        print(f"  {path}: {[n.op_type for n in onnx.load(path).graph.node]}, full check passed")
+        if onnx_op is not None:
+            (actual,) = run_ort_torch(path, [x], ortx_options())
+            assert actual.dtype == dtype and torch.equal(actual, model(x))  # a selection: exact
+            print(f"  {path}: {actual.dtype} out, equal to PyTorch's")
+    # endregion
+    for path in KEPT[14]:
+        exported = harness.show(path)
+        assert harness.op_types(path) == ["Cast", "rknn_cst.cstThreshold", "CastLike"]
+        assert harness.opsets_of(exported) == {"": 17, "rknn_cst": 1}, exported.opset_import
+    unregister_custom_op_symbolic("aten::threshold", 15)
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
+
 # ---------------------------------------------------------------------------------------------
 
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
@@ -868,6 +974,8 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
     9: ("asinh_opset9.onnx", "asinh_opset17.onnx"),
     11: ("deform_conv2d.onnx",),
     12: ("cdist_builtin.onnx", "cdist_contrib.onnx"),
+    13: ("threshold_float16_dynamo.onnx", "threshold_bfloat16_dynamo.onnx"),
+    14: ("threshold_float16.onnx", "threshold_bfloat16.onnx"),
 }
 FAILURES = (
     "failures/threshold_no_attributes.onnx",
@@ -877,6 +985,7 @@ FAILURES = (
     "failures/deform_conv2d_placeholder.onnx",
     "failures/deform_conv2d_dynamo_opset18.onnx",  # torch 2.8 only: DeformConv at opset 18 (step 1)
     "failures/cholesky_ex_dynamo.onnx",  # torch 2.8 only: keyed on the decomposed op (step 3)
+    "failures/threshold_bf16_dynamo.onnx",
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
@@ -924,6 +1033,20 @@ CAUSES = {
         "check behind a `with_effects` node the exporter cannot translate"),
     "No ONNX function found for <OpOverload(op='aten._cdist_forward'": ("dynamo=True",
         "`torch.cdist` reaches the exporter as `aten._cdist_forward`, which has no translation"),
+    "Type 'tensor(bfloat16)' of input parameter (x) of operator (cstThreshold)": ("ONNX Runtime",
+        "a custom node of a type its kernel is not declared for (`PyCustomOpDef.dt_float`): the "
+        "exporter wrote the model's bfloat16, though the local schema lists `tensor(float)` only; "
+        "cast to float32 around the node", 13),
+    "has unsupported type: tensor(bfloat16)": ("onnx.checker",
+        "with the op's schema registered, the checker refuses a node of a type the schema does not "
+        "list: the check the exporter does not make for a local schema", 13),
+    "Numpy_type 256 can't be converted to MLDataType": ("ONNX Runtime",
+        "`InferenceSession.run` takes numpy arrays, and an `ml_dtypes.bfloat16` array (numpy type "
+        "256) is none it knows: hand torch tensors over by DLPack through an IO binding", 13),
+    "Unsupported ONNX Tensor type: 16": ("ONNX Runtime",
+        "onnxruntime-extensions' Python kernels take no bfloat16 (nor float16): one declared "
+        "`dt_bfloat16` aborts the process at its first run; keep it float32, cast around the node",
+        13),
 }
 
 
@@ -975,6 +1098,46 @@ def keyed_on_the_decomposed_op(ep, a):
     assert_onnx_program(program, rtol=1e-5, atol=1e-5, strategy=None)
     harness.show(path)
     print(f"  {path}: keyed on the decomposed op, it exports here; torch 2.14 refuses that key")
+
+
+class Aborted(Exception):
+    """A child process that died (a C++ std::terminate): its stderr."""
+
+
+BFLOAT16_KERNEL = """
+import numpy as np
+import onnxruntime as ort
+from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+
+@onnx_op(op_type="rknn_cst::cstThreshold", inputs=[PyCustomOpDef.dt_bfloat16],
+         outputs=[PyCustomOpDef.dt_bfloat16],
+         attrs={"threshold": PyCustomOpDef.dt_float, "value": PyCustomOpDef.dt_float})
+def kernel(x, threshold, value):
+    return x
+
+options = ort.SessionOptions()
+options.register_custom_ops_library(get_library_path())
+session = ort.InferenceSession(PATH, options, providers=["CPUExecutionProvider"])
+print("session created", flush=True)
+bits = np.zeros((1, 3, 10, 10), np.uint16)  # bfloat16 zeros, as raw bits
+binding = session.io_binding()
+binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, 16))
+binding.bind_output(session.get_outputs()[0].name)
+session.run_with_iobinding(binding)
+print("ran", flush=True)
+"""
+
+
+def bfloat16_kernel_aborts():
+    """Step 13: the kernel declared dt_bfloat16 instead, on the bfloat16 file, in a child process
+    (it aborts the process that runs it): the session is created, its first run aborts."""
+    code = BFLOAT16_KERNEL.replace("PATH", repr("failures/threshold_bf16_dynamo.onnx"))
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert child.stdout.split() == ["session", "created"], (child.stdout, child.stderr)
+    assert child.returncode != 0, child.returncode
+    print("  the same kernel declared PyCustomOpDef.dt_bfloat16, in a child process:")
+    with expect_error("Unsupported ONNX Tensor type: 16"):
+        raise Aborted(child.stderr.strip())
 
 
 def check_against_onnxruntime(schema: OpSchema) -> None:

@@ -616,17 +616,135 @@ def step7_deploy():
 
 
 # ---------------------------------------------------------------------------------------------
+# 8. A float16 or bfloat16 model: the node between Casts
+# ---------------------------------------------------------------------------------------------
+
+
+# region dual_residual_half
+# The kernel takes float32 only (onnxruntime-extensions' Python kernels have no float16 or
+# bfloat16): the schema's T stays tensor(float); a half-precision model casts around the node.
+op = onnxscript.opset18  # ONNX's standard ops, for translations
+
+
+def dual_residual_cast_translation(x, y, alpha: float):
+    x32, y32 = op.Cast(x, to=onnx.TensorProto.FLOAT), op.Cast(y, to=onnx.TensorProto.FLOAT)
+    x_res, y_res = cstDualResidual(x32, y32, alpha=alpha)
+    return op.CastLike(x_res, x), op.CastLike(y_res, y)  # back to the model's dtype
+# endregion
+
+
+# region dual_residual_cast_symbolic
+@parse_args("v", "v", "f")
+def dual_residual_cast_symbolic(g, x, y, alpha):  # the same Casts, for dynamo=False
+    x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
+    y32 = g.op("Cast", y, to_i=onnx.TensorProto.FLOAT)
+    x_res, y_res = g.op("rknn_cst::cstDualResidual", x32, y32, alpha_f=alpha, outputs=2)
+    x_res.setType(x.type().with_dtype(torch.float32))
+    y_res.setType(y.type().with_dtype(torch.float32))
+    return g.op("CastLike", x_res, x), g.op("CastLike", y_res, y)  # CastLike: opset 15 on
+# endregion
+
+
+def step8_half_precision():
+    """A float16 or bfloat16 model: the node between Casts"""
+    need_step1_ops()
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+    model = DualResidualModel().eval()  # step 2's model, alpha = 0.5
+    dynamo = harness.TORCH >= (2, 6)
+    if dynamo:  # torch 2.6 on: the failing file, then the fix, with dynamo=True
+        # region step8
+        x, y = torch.randn(2, 3, 4).to(torch.bfloat16), torch.randn(2, 3, 4).to(torch.bfloat16)
+        path = "failures/dual_residual_bf16_dynamo.onnx"
+        torch.onnx.export(  # step 3's translation: its local schema says T = tensor(float)
+            model, (x, y), path, dynamo=True, verbose=False, external_data=False,
+            input_names=["x", "y"], output_names=["x_res", "y_res"],
+            custom_translation_table={torch.ops.cst.dual_residual.default: dual_residual_translation},
+        )
+        (node,) = onnx.load(path).graph.node
+        print(f"  {path}: exported, {node.op_type} on bfloat16")
+        with expect_error("Type 'tensor(bfloat16)' of input parameter (x) of operator (cstDual"):
+            ort.InferenceSession(path, ortx_options(), providers=["CPUExecutionProvider"])
+        with expect_error("has unsupported type: tensor(bfloat16)"):
+            check_with_schemas(path, dual_residual_schema)  # right after the export: caught
+        # endregion
+
+        # region step8-2
+        table = {torch.ops.cst.dual_residual.default: dual_residual_cast_translation}
+        paths = {torch.float16: "dual_residual_float16_dynamo.onnx",
+                 torch.bfloat16: "dual_residual_bfloat16_dynamo.onnx"}
+        for dtype, path in paths.items():
+            x, y = torch.randn(2, 3, 4).to(dtype), torch.randn(2, 3, 4).to(dtype)
+            torch.onnx.export(
+                model, (x, y), path, dynamo=True, verbose=False, external_data=False,
+                input_names=["x", "y"], output_names=["x_res", "y_res"],
+                custom_translation_table=table,
+            )
+            check_with_schemas(path, dual_residual_schema)  # the full check, schema registered
+            actual, expected = run_ort_torch(path, [x, y], ortx_options()), model(x, y)
+            ulp = torch.finfo(dtype).eps  # one unit in the last place, relative: 2**-10, 2**-7
+            for got, want in zip(actual, expected, strict=True):  # subnormal: atol, one unit
+                torch.testing.assert_close(got, want, rtol=ulp, atol=torch.finfo(dtype).tiny * ulp)
+            print(f"  {path}: checked; within one ulp of PyTorch's, in {str(dtype)[6:]}")
+        # endregion
+        for dtype in ("float16", "bfloat16"):  # torch 2.6 keeps each CastLike; later a Cast
+            path = f"dual_residual_{dtype}_dynamo.onnx"
+            exported = harness.show(path)
+            ops = harness.op_types(path)
+            assert ops[:3] == ["Cast", "Cast", "rknn_cst.cstDualResidual"], ops
+            assert ops[3:] in (["Cast", "Cast"], ["CastLike", "CastLike"]), ops
+            assert [harness.type_text(o.type) for o in exported.graph.output] == [
+                f"{dtype}[2,3,4]"] * 2, exported.graph.output
+
+    # region step8-3
+    register_custom_op_symbolic("cst::dual_residual", dual_residual_cast_symbolic, 15)
+    paths = {torch.float16: "dual_residual_float16.onnx",
+             torch.bfloat16: "dual_residual_bfloat16.onnx"}
+    for dtype, path in paths.items():
+        x, y = torch.randn(2, 3, 4).to(dtype), torch.randn(2, 3, 4).to(dtype)
+        torch.onnx.export(
+            model, (x, y), path, dynamo=False, opset_version=17, custom_opsets={"rknn_cst": 1},
+            input_names=["x", "y"], output_names=["x_res", "y_res"],
+        )
+        check_with_schemas(path, dual_residual_schema)
+        actual, expected = run_ort_torch(path, [x, y], ortx_options()), model(x, y)
+        ulp = torch.finfo(dtype).eps
+        for got, want in zip(actual, expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=ulp, atol=torch.finfo(dtype).tiny * ulp)
+        print(f"  {path}: checked; within one ulp of PyTorch's, in {str(dtype)[6:]}")
+    # endregion
+    for dtype in ("float16", "bfloat16"):
+        path = f"dual_residual_{dtype}.onnx"
+        exported = harness.show(path)
+        assert harness.op_types(path) == [
+            "Cast", "Cast", "rknn_cst.cstDualResidual", "CastLike", "CastLike"]
+        assert harness.opsets_of(exported) == {"": 17, "rknn_cst": 1}, exported.opset_import
+        outputs = [harness.type_text(o.type) for o in exported.graph.output]
+        if harness.TORCH < (2, 0):  # torch 1.13: setType's sizes do not reach the file (step 5)
+            assert all(t.startswith(f"{dtype}[") for t in outputs), outputs
+        else:
+            assert outputs == [f"{dtype}[2,3,4]"] * 2, exported.graph.output
+    if harness.TORCH < (2, 0):
+        harness.differs("setType's sizes do not reach the file: the outputs' sizes are made up")
+    if not dynamo:
+        raise harness.NeedsTorch("2.6", "the dynamo=True half of this step: " + DYNAMO_WHY)
+
+
+# ---------------------------------------------------------------------------------------------
 
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
     3: ("dual_residual_dynamo.onnx",),
     4: ("dual_residual_legacy_dynamo.onnx",),
     5: ("dual_residual_untyped.onnx", "dual_residual.onnx"),
+    8: ("dual_residual_float16_dynamo.onnx", "dual_residual_bfloat16_dynamo.onnx",
+        "dual_residual_float16.onnx", "dual_residual_bfloat16.onnx"),
 }
 FAILURES = (
     "failures/dual_residual_traced_through.onnx",  # right numbers, no custom node (step 4)
     "failures/dual_residual.onnx",  # never written: the export fails (step 5)
     "failures/foo.onnx",  # never written: the export fails (step 6)
     "failures/foo_all_attributes.onnx",  # valid, but the Python stand-in cannot run it (step 6)
+    "failures/dual_residual_bf16_dynamo.onnx",  # bfloat16 through a float-only schema (step 8)
 )
 # For ERRORS.md: part of each reproduced error -> (what raises it, its cause[, fixing step])
 CAUSES = {
@@ -672,6 +790,19 @@ CAUSES = {
         'traced float list stays a `prim::ListConstruct`; take it as `"v"` (or register the op '
         "with `TORCH_LIBRARY`)",
         6,
+    ),
+    "Type 'tensor(bfloat16)' of input parameter (x) of operator (cstDual": (
+        "ONNX Runtime",
+        "a custom node of a type its kernel is not declared for (`PyCustomOpDef.dt_float`): the "
+        "exporter wrote the model's bfloat16, though the local schema lists `tensor(float)` only; "
+        "cast to float32 around the node",
+        8,
+    ),
+    "has unsupported type: tensor(bfloat16)": (
+        "onnx.checker",
+        "with the op's schema registered, the checker refuses a node of a type the schema does not "
+        "list: the check the exporter does not make for a local schema",
+        8,
     ),
 }
 

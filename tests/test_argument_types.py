@@ -446,17 +446,137 @@ def test_without_a_compiler_the_cpp_steps_skip(tmp_path):
     assert "SKIP step 1: no C++ compiler: 'no-such-compiler' is not on PATH" in child.stdout
     assert "custom_op schema: argdemo::all_kinds_py(" in child.stdout  # step 2 ran
     assert "registered with onnx.defs: False" in child.stdout  # step 3 ran
-    for step in range(4, 8):
+    for step in range(4, 9):
         assert f"SKIP step {step}: needs step 1's C++ op" in child.stdout
     assert not list(tmp_path.glob("*.onnx"))
     summary, statuses = step_statuses(tmp_path)
-    assert statuses == {"1": "skipped", "2": "runs", "3": "runs", **{str(n): "skipped" for n in range(4, 8)}}
+    assert statuses == {"1": "skipped", "2": "runs", "3": "runs", **{str(n): "skipped" for n in range(4, 9)}}
     assert summary["steps"]["1"]["why"].startswith("no C++ compiler"), summary
 
 
 def test_steps_json_says_every_step_runs_on_the_pinned_torch(run):
-    """On the pinned torch no step is gated: steps.json says `runs` for all 7; no differs(), no SKIP."""
+    """On the pinned torch no step is gated: steps.json says `runs` for all 8; no differs(), no SKIP."""
     summary, statuses = step_statuses(run.out)
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert statuses == {str(n): "runs" for n in range(1, 8)}
+    assert statuses == {str(n): "runs" for n in range(1, 9)}
     assert f"on torch {torch.__version__}:" not in run.output and "SKIP" not in run.output
+
+
+# ---- step 8: the float16 and bfloat16 models, run with a kernel of these tests ----------------
+
+HALF = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
+HALF_MODELS = [f"all_kinds_{dtype}{exporter}.onnx" for dtype in HALF for exporter in ("_dynamo", "")]
+UNIT = {"float16": 2.0**-10, "bfloat16": 2.0**-7}  # the relative spacing of each dtype's values
+HALF_RTOL_UNITS = 3  # the page's: 5 roundings of half a unit, and float32's own error below one
+
+
+@functools.cache
+def independent_kernel() -> ort.SessionOptions:
+    """argdemo::AllKinds for ONNX Runtime, float32 as the page's, computed by torch_all_kinds (not test.py's numpy
+    kernel; test.py's is declared inside its step 3, which this process never runs). Declared once per process."""
+    from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+
+    _, _, _, _, dims, scales = python_values(WITH_BIAS)  # a Python kernel cannot read INTS or FLOATS
+
+    @onnx_op(op_type="argdemo::AllKinds", inputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+             outputs=[PyCustomOpDef.dt_float],
+             attrs={"alpha": PyCustomOpDef.dt_float, "k": PyCustomOpDef.dt_int64, "flag": PyCustomOpDef.dt_int64,
+                    "mode": PyCustomOpDef.dt_string})
+    def kernel(x, bias, alpha, k, flag, mode):
+        assert x.dtype == bias.dtype == np.float32, (x.dtype, bias.dtype)
+        y = torch_all_kinds(torch.from_numpy(x), torch.from_numpy(bias), alpha, k, bool(flag), mode, dims, scales)
+        return y.numpy()
+
+    def options() -> ort.SessionOptions:
+        options = ort.SessionOptions()
+        options.register_custom_ops_library(get_library_path())
+        return options
+
+    return options
+
+
+def run_half(path, inputs: list[np.ndarray], dtype: str) -> np.ndarray:
+    """PATH in ONNX Runtime, INPUTS (float16, or ml_dtypes.bfloat16) in and the output out as raw 16-bit values bound
+    with ONNX Runtime's own OrtValue API: not test.py's DLPack helper."""
+    session = ort.InferenceSession(str(path), independent_kernel()(), providers=["CPUExecutionProvider"])
+    assert [a.type for a in session.get_inputs() + session.get_outputs()] == [f"tensor({dtype})"] * 3
+    as_value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+    out = np.zeros(session.get_outputs()[0].shape, np.uint16)
+    binding = session.io_binding()
+    for arg, x in zip(session.get_inputs(), inputs, strict=True):
+        binding.bind_ortvalue_input(arg.name, as_value(np.ascontiguousarray(x).view(np.uint16), HALF[dtype]))
+    binding.bind_ortvalue_output(session.get_outputs()[0].name, as_value(out, HALF[dtype]))
+    session.run_with_iobinding(binding)
+    return out.view(inputs[0].dtype)
+
+
+def half_edges(dtype: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x and bias in DTYPE, random, with NaN, infinities, the dtype's largest value, and x * 0.5 + bias at ReLU's
+    threshold 0 and one step either side of it."""
+    generator = torch.Generator().manual_seed(100 + seed)
+    torch_dtype = getattr(torch, dtype)
+    x = (torch.randn(2, 3, 4, 5, generator=generator) * 4).to(torch_dtype)
+    bias = torch.randn(2, 3, 4, 5, generator=generator).to(torch_dtype)
+    x[0, 0, 0, :3] = -2 * bias[0, 0, 0, :3]  # x * 0.5 + bias == 0 exactly (both exact in DTYPE)
+    bits = x.view(torch.int16)
+    bits[0, 1, 0, :3] = (-2 * bias[0, 1, 0, :3]).view(torch.int16) + 1  # one step further from 0 than -bias * 2
+    bits[0, 2, 0, :3] = (-2 * bias[0, 2, 0, :3]).view(torch.int16) - 1  # one step nearer 0
+    x[1, 0, 1, 1], x[1, 1, 2, 2], bias[1, 2, 3, 3] = float("nan"), float("inf"), float("-inf")
+    x[1, 2, 0, 0] = torch.finfo(torch_dtype).max  # overflows in the channel of scale 3, on both sides
+    x[0, 0, 3, 4] = torch.finfo(torch_dtype).max  # scale 1: a large finite output (no NaN in that sum)
+    return x, bias
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A float16 or bfloat16 tensor as numpy (ml_dtypes.bfloat16 for bfloat16), bit for bit."""
+    import ml_dtypes
+
+    dtype = {torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16}[t.dtype]
+    return t.contiguous().view(torch.int16).numpy().view(dtype)
+
+
+@pytest.mark.parametrize("filename", HALF_MODELS)
+def test_half_precision_models_follow_torch_in_onnxruntime(run, filename):
+    """Step 8's files: Cast, the float32 node, Cast back; in ONNX Runtime with this file's kernel, on inputs test.py
+    never used, against the op in PyTorch in that dtype at the page's tolerance (3 units of the output's dtype)."""
+    pytest.importorskip("onnxruntime_extensions")
+    dtype = filename.split("_")[2].removesuffix(".onnx")
+    model = run.model(filename)
+    assert [i.type.tensor_type.elem_type for i in model.graph.input] == [HALF[dtype]] * 2
+    (node,) = [n for n in model.graph.node if n.domain == "argdemo"]
+    assert harness.attributes(node) == WITH_BIAS
+    casts = [n for n in model.graph.node if n.op_type == "Cast"]
+    assert [onnx.helper.get_attribute_value(n.attribute[0]) for n in casts[:2]] == [onnx.TensorProto.FLOAT] * 2
+    worst = 0.0
+    for seed in range(5):
+        x, bias = half_edges(dtype, seed)
+        actual = torch.from_numpy(run_half(run.out / filename, [to_numpy(x), to_numpy(bias)], dtype).view(np.int16))
+        actual = actual.view(x.dtype)
+        expected = torch_all_kinds(x, bias, *python_values(WITH_BIAS))  # PyTorch in that dtype
+        assert expected.dtype == x.dtype and expected[1].isnan().any() and expected[1].isinf().any()
+        assert expected[0, 0] > torch.finfo(x.dtype).max / 4  # the large finite output
+        torch.testing.assert_close(actual, expected, rtol=HALF_RTOL_UNITS * UNIT[dtype], atol=0, equal_nan=True,
+                                   msg=lambda m, s=seed: f"{filename}, seed {s}: {m}")
+        finite = expected.isfinite()
+        error = ((actual.double() - expected.double()).abs() / expected.double().abs())[finite].max()
+        worst = max(worst, float(error) / UNIT[dtype])
+    assert worst <= 2.5, f"{filename}: {worst} units, beyond the page's derivation (5 roundings of half a unit)"
+
+
+def test_half_precision_failure_is_bfloat16_and_refused(run):
+    """Step 8's failing file: the exporter wrote a bfloat16 AllKinds through the float-only local schema, unchecked;
+    ONNX Runtime refuses it, and the full checker with the schema registered catches it."""
+    pytest.importorskip("onnxruntime_extensions")
+    path = str(run.out / "failures/all_kinds_bf16_dynamo.onnx")
+    model = onnx.load(path)
+    assert [i.type.tensor_type.elem_type for i in model.graph.input] == [onnx.TensorProto.BFLOAT16] * 2
+    assert [n.op_type for n in model.graph.node] == ["AllKinds"]
+    onnx.checker.check_model(model, full_check=True)  # the schema unregistered: passes
+    with pytest.raises(Exception, match=re.escape("Type 'tensor(bfloat16)' of input parameter (x)")):
+        ort.InferenceSession(path, independent_kernel()(), providers=["CPUExecutionProvider"])
+    onnx.defs.register_schema(example.ALL_KINDS_SCHEMA)
+    try:
+        with pytest.raises(onnx.shape_inference.InferenceError, match=re.escape("unsupported type: tensor(bfloat16)")):
+            onnx.checker.check_model(model, full_check=True)
+    finally:
+        onnx.defs.deregister_schema("AllKinds", 1, "argdemo")

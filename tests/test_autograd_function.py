@@ -11,6 +11,7 @@ import sysconfig
 import types
 import warnings
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -43,6 +44,10 @@ OPS = {  # each model's nodes
     "my_add_dynamo.onnx": ["Mul", "Add"], "my_add_onnx_ops_dynamo.onnx": ["Mul", "Add"],
     "my_leaky_relu.onnx": ["LeakyRelu"], "my_leaky_relu_dynamo.onnx": ["LeakyRelu"],
     "min_max_onnx_ops_dynamo.onnx": ["MinMax"],
+    "my_leaky_relu_float16.onnx": ["Cast", "LeakyRelu", "CastLike"],
+    "my_leaky_relu_bfloat16.onnx": ["Cast", "LeakyRelu", "CastLike"],
+    "my_leaky_relu_float16_dynamo.onnx": ["Cast", "LeakyRelu", "Cast"],
+    "my_leaky_relu_bfloat16_dynamo.onnx": ["Cast", "LeakyRelu", "Cast"],
 }
 
 
@@ -77,6 +82,88 @@ def test_two_outputs_as_one_custom_node_exact_on_20_seeds(run):
         for ours, theirs in zip(evaluator.run(None, {"x": x.numpy()}), (x.amin(-1), x.amax(-1)), strict=True):
             np.testing.assert_array_equal(ours, theirs.numpy())  # low, then high
     assert not (run.out / "failures/my_leaky_relu_unguarded.onnx").exists()  # the unguarded export failed
+
+
+HALF = {  # dtype -> (ONNX element type, numpy dtype, torch dtype)
+    "float16": (onnx.TensorProto.FLOAT16, np.float16, torch.float16),
+    "bfloat16": (onnx.TensorProto.BFLOAT16, ml_dtypes.bfloat16, torch.bfloat16),
+}
+
+
+def half_runner(path, dtype: str):
+    """PATH in plain ONNX Runtime as a function of raw 16-bit values of DTYPE (in and out): ONNX Runtime's own OrtValue
+    API and a preallocated output, not test.py's DLPack helper."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [session.get_inputs()[0].type, session.get_outputs()[0].type] == [f"tensor({dtype})"] * 2
+    elem_type, as_value = HALF[dtype][0], ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+
+    def run_half(bits: np.ndarray) -> np.ndarray:
+        out = np.zeros(bits.shape, np.uint16)
+        binding = session.io_binding()
+        binding.bind_ortvalue_input(session.get_inputs()[0].name, as_value(np.ascontiguousarray(bits), elem_type))
+        binding.bind_ortvalue_output(session.get_outputs()[0].name, as_value(out, elem_type))
+        session.run_with_iobinding(binding)
+        return out
+
+    return run_half
+
+
+def torch_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
+    """F.leaky_relu(x, 0.1) in PyTorch, in DTYPE, on the raw 16-bit values BITS: raw 16-bit values."""
+    x = torch.from_numpy(bits.view(np.int16).copy()).view(HALF[dtype][2])
+    return example.MyLeakyReluCastModel()(x).view(torch.int16).numpy().view(np.uint16)
+
+
+@pytest.mark.parametrize("exporter", ["", "_dynamo"])
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_models_equal_torch_on_every_value_of_the_dtype(run, dtype, exporter):
+    """Step 11's float16 and bfloat16 files on all 65536 bit patterns of the dtype (both zeros, the subnormals next
+    to 0, infinities, NaNs), in 3 shuffles, against PyTorch's leaky_relu in that dtype: bit for bit (NaN: any NaN)."""
+    path = run.out / f"my_leaky_relu_{dtype}{exporter}.onnx"
+    model = onnx.load(str(path))
+    casts = [n for n in model.graph.node if n.op_type == "Cast"]
+    assert casts[0].attribute[0].i == onnx.TensorProto.FLOAT  # LeakyRelu computes in float32
+    if exporter:  # the Cast back names the dtype; dynamo=False's CastLike takes it from x
+        assert casts[1].attribute[0].i == HALF[dtype][0]
+    (leaky,) = [n for n in model.graph.node if n.op_type == "LeakyRelu"]
+    assert helper_value(leaky.attribute[0]) == np.float32(0.1)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]  # [2, 3, 4]: static
+    size = int(np.prod(shape))
+    every = np.arange(2**16, dtype=np.uint16)
+    every = np.concatenate([every, every[: -len(every) % size]])  # whole batches
+    run_half = half_runner(path, dtype)
+    for seed in range(3):
+        values = np.random.default_rng(seed).permutation(every).reshape(-1, *shape)
+        actual = np.stack([run_half(x) for x in values])
+        expected = torch_bits(values, dtype)
+        nan = np.isnan(expected.view(HALF[dtype][1]).astype(np.float32))
+        assert np.isnan(actual.view(HALF[dtype][1]).astype(np.float32))[nan].all(), f"{path.name}, seed {seed}"
+        np.testing.assert_array_equal(actual[~nan], expected[~nan], err_msg=f"{path.name}, seed {seed}")
+
+
+def helper_value(attribute):
+    return onnx.helper.get_attribute_value(attribute)
+
+
+def test_half_precision_failure_is_refused_and_caught(run, tmp_path):
+    """Step 11's failing file: step 9's Function on bfloat16, LeakyRelu on bfloat16, which ONNX's schema allows and
+    ONNX Runtime's CPU kernels do not; the page's check catches it. float16 without Casts runs (ONNX Runtime casts
+    around a float32-only CPU kernel for float16 itself), and the check is stricter there than a session."""
+    failed = run.out / "failures/my_leaky_relu_bfloat16_dynamo.onnx"
+    onnx.checker.check_model(str(failed), full_check=True)
+    with pytest.raises(Exception, match=r"Could not find an implementation for LeakyRelu\(16\)"):
+        ort.InferenceSession(str(failed), providers=["CPUExecutionProvider"])
+    with pytest.raises(TypeError, match=r"LeakyRelu reads tensor\(bfloat16\): no CPU kernel"):
+        example.check_cpu_kernels(str(failed), "LeakyRelu")
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(7)).to(torch.float16)
+    plain = str(tmp_path / "f16.onnx")
+    torch.onnx.export(example.MyLeakyReluModel().eval(), (x,), dynamo=True, verbose=False).save(plain)
+    bits = x.view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(half_runner(plain, "float16")(bits), torch_bits(bits, "float16"))
+    with pytest.raises(TypeError, match=r"LeakyRelu reads tensor\(float16\)"):
+        example.check_cpu_kernels(plain, "LeakyRelu")
+    for kept in ("my_leaky_relu_bfloat16.onnx", "my_leaky_relu_bfloat16_dynamo.onnx"):
+        example.check_cpu_kernels(str(run.out / kept), "LeakyRelu")  # passes: LeakyRelu reads float32
 
 
 def test_cpp_call_without_a_function_is_a_constant_of_zeros(run):

@@ -11,8 +11,10 @@ import subprocess
 import sys
 import types
 
+import ml_dtypes
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from conftest import CHILD_ENV, ROOT, load_example, passed, rknn_python
@@ -27,7 +29,11 @@ MODELS = {  # each model's nodes, and its rknn_cst node's attributes
 KEPT = [f"{model}{suffix}.onnx" for model in MODELS for suffix in ("_dynamo", "")]  # steps 2 and 3
 ELEMENTWISE = ("threshold", "dual_residual")  # each output element from one element of each input
 REPRODUCED = ["Please call rknn.config first!", "No opset import for domain 'rknn_cst'", "IndexError: _Map_base::at",
-              "The 'target_platform' has not been set yet", "Unsupport onnx opset 20, need <= 19!"]
+              "The 'target_platform' has not been set yet", "Unsupport onnx opset 20, need <= 19!",
+              "Type 'tensor(float16)' of input parameter (input)", "has unsupported type: tensor(float16)",
+              "expected: (tensor(bfloat16))"]
+HALF = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}  # steps 2 and 3's half models
+HALF_KEPT = [f"{m}_{d}{e}.onnx" for m in ("threshold", "dual_residual") for d in HALF for e in ("_dynamo", "")]
 
 
 def skip_unless_ci(reason: str):
@@ -236,11 +242,11 @@ def test_without_the_rknn_environment_steps_1_to_3_run_then_skip(tmp_path, setti
     why = f"RKNN_PYTHON={setting} is not a file: unset it, or create the environment with" if setting else (
         "no RKNN-Toolkit2 environment; create it with")
     last = proc.stdout.strip().splitlines()[-1]
-    assert last == f"SKIP: steps 4-8: {why}: {setup}", last
+    assert last == f"SKIP: steps 4-9: {why}: {setup}", last
     assert [line for line in proc.stdout.splitlines() if line.startswith("SKIP: ")] == [last]  # the reason, once
     assert (tmp_path / "out" / "conv_threshold_dynamo.onnx").is_file()  # steps 1-3 still ran
     steps = json.loads((tmp_path / "out" / "steps.json").read_text(encoding="utf-8"))["steps"]
-    assert [steps[str(n)]["status"] for n in range(1, 9)] == ["runs"] * 3 + ["skipped"] * 5
+    assert [steps[str(n)]["status"] for n in range(1, 10)] == ["runs"] * 3 + ["skipped"] * 6
 
 
 # Other seeds than the README's 0 (an audit measured seeds 0-20: seed 6 came closest to deform_conv's allowance,
@@ -257,19 +263,21 @@ def test_tolerances_hold_at_other_seeds(tmp_path, seed):
     check_comparisons(out, json.loads((out / "rknn_results.json").read_text(encoding="utf-8"))["comparisons"])
 
 
-def test_steps_json_covers_steps_1_to_8(run, results):
+def test_steps_json_covers_steps_1_to_9(run, results):
     """The pinned torch: every step runs; the second half's statuses are folded into steps.json."""
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]  # the pinned stack's, which the suite runs on
-    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 9)}
-    assert {n: s["status"] for n, s in results["steps"].items()} == {str(n): "runs" for n in range(4, 9)}
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 10)}
+    assert {n: s["status"] for n, s in results["steps"].items()} == {str(n): "runs" for n in range(4, 10)}
     assert results["skipped"] == []
 
 
 def test_second_half_without_step_2s_models(run, tmp_path):
     """As on torch 2.4 (step 2 needs 2.6): the second half converts what exists, says what it left out, passes."""
     shutil.copytree(run.out, out := tmp_path / "out")
-    for name in KEPT[::2] + ["failures/conv_threshold_opset20.onnx", "failures/threshold_custom_domain_first.onnx"]:
+    gone = KEPT[::2] + HALF_KEPT[::2] + [f"failures/{name}.onnx" for name in (
+        "conv_threshold_opset20", "threshold_custom_domain_first", "threshold_float16_dynamo")]
+    for name in gone:
         (out / name).unlink()
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     step2 = {"2": {"status": "needs torch >= 2.6", "why": "no custom_translation_table"}}
@@ -282,8 +290,9 @@ def test_second_half_without_step_2s_models(run, tmp_path):
     results = json.loads((out / "rknn_results.json").read_text(encoding="utf-8"))
     assert sorted(results["comparisons"]) == sorted(KEPT[1::2])
     statuses = {n: s["status"] for n, s in results["steps"].items()}
-    assert statuses == {"4": "runs", "5": "runs", "6": "differs", "7": "runs", "8": "differs"}
-    assert [line.split(":")[0] for line in results["skipped"]] == ["step 6", "step 8"]
+    assert statuses == {"4": "runs", "5": "runs", "6": "differs", "7": "runs", "8": "differs", "9": "differs"}
+    assert [line.split(":")[0] for line in results["skipped"]] == ["step 6", "step 8", "step 9"]
+    assert list(results["evidence"]["compute_dtypes"]) == ["threshold.onnx", "threshold_float16.onnx"]
     step6 = "converted the four dynamo=False models only: exported on torch 2.4.1, where step 2"
     assert step6 in proc.stdout, proc.stdout[-3000:]
     assert "Unsupport onnx opset 20" not in proc.stdout
@@ -350,3 +359,140 @@ def test_cst_threshold_class_follows_torch_in_the_simulator(run, tmp_path):
         assert actual.dtype == np.float16, actual.dtype
         expected = torch.nn.Threshold(threshold, 20.0)(torch.from_numpy(x16)).numpy()
         np.testing.assert_array_equal(actual, expected, err_msg=f"cstThreshold on float16, threshold {threshold}")
+
+
+# ---- Steps 2, 3 and 9: the float16 and bfloat16 models ----
+
+
+@pytest.fixture(scope="module")
+def example():
+    return load_example(NAME)  # importing it registers page_helpers' rknn_cst kernels with onnxruntime-extensions
+
+
+def as_bits(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def half_inputs(dtype: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: NaN, +-inf, +-0, the largest finite, the five values of DTYPE around 0.1, then randn (SEED); y: randn, with
+    y = x*0.5 exactly and one step off it at a few places (cancellation), and an infinity against x's."""
+    torch_dtype = getattr(torch, dtype)
+    bits = int(as_bits(torch.tensor([0.1], dtype=torch_dtype))[0])
+    near = torch.from_numpy(np.arange(bits - 2, bits + 3, dtype=np.uint16).view(np.int16)).view(torch_dtype)
+    top = torch.finfo(torch_dtype).max
+    edges = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, top, -top, 20.0, -1.5, 3.25])
+    rng = np.random.default_rng(1000 + seed)  # not test.py's inputs (torch's seed 0)
+    x = torch.from_numpy(rng.standard_normal((1, 3, 10, 10)).astype(np.float32)).to(torch_dtype)
+    y = torch.from_numpy(rng.standard_normal((1, 3, 10, 10)).astype(np.float32)).to(torch_dtype)
+    x.view(-1)[:15] = torch.cat([edges.to(torch_dtype), near])
+    y.view(-1)[20:25] = x.view(-1)[20:25] * 0.5  # x*0.5 - y == 0
+    y.view(-1)[25:30] = torch.nextafter(x.view(-1)[25:30].float() * 0.5, torch.tensor(9.0)).to(torch_dtype)
+    y.view(-1)[1] = float("inf")  # inf*0.5 - inf: NaN on both sides
+    return x, y
+
+
+def run_half(path, inputs: list[torch.Tensor], dtype: str) -> list[np.ndarray]:
+    """PATH in ONNX Runtime with page_helpers' float32 kernels: raw 16-bit inputs and preallocated outputs through
+    ONNX Runtime's own OrtValue API (not test.py's DLPack helper), read back as NumPy float16 or ml_dtypes.bfloat16."""
+    from onnxruntime_extensions import get_library_path
+
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    assert {a.type for a in session.get_inputs() + session.get_outputs()} == {f"tensor({dtype})"}
+    as_value, binding = ort.OrtValue.ortvalue_from_numpy_with_onnx_type, session.io_binding()
+    for arg, x in zip(session.get_inputs(), inputs, strict=True):
+        binding.bind_ortvalue_input(arg.name, as_value(as_bits(x), HALF[dtype]))
+    outputs = [np.zeros(tuple(inputs[0].shape), np.uint16) for _ in session.get_outputs()]
+    for arg, out in zip(session.get_outputs(), outputs, strict=True):
+        binding.bind_ortvalue_output(arg.name, as_value(out, HALF[dtype]))
+    session.run_with_iobinding(binding)
+    return [out.view(np.float16 if dtype == "float16" else ml_dtypes.bfloat16) for out in outputs]
+
+
+def assert_same_bits(actual: np.ndarray, expected: torch.Tensor, what: str):
+    """Equal bits (the page's tolerance: zero), NaN at the same places whatever its payload."""
+    nan = expected.isnan().numpy()
+    np.testing.assert_array_equal(np.isnan(actual.astype(np.float32)), nan, err_msg=f"{what}: NaN")
+    np.testing.assert_array_equal(np.where(nan, 0, actual.view(np.uint16)), np.where(nan, 0, as_bits(expected)),
+                                  err_msg=what)
+
+
+@pytest.mark.parametrize("name", HALF_KEPT)
+def test_half_precision_models_equal_torch_in_onnxruntime(run, example, name):
+    """Steps 2 and 3's float16 and bfloat16 files, float32 nodes between Casts, on inputs test.py never used (NaN,
+    infinities, the largest values, 0.1's neighbours in that dtype, cancellation, three seeds): PyTorch's bits."""
+    dtype = "bfloat16" if "bfloat16" in name else "float16"
+    model = run.model(name)
+    (node,) = [n for n in model.graph.node if n.domain == "rknn_cst"]
+    assert model.graph.node[0].op_type == "Cast" and model.graph.node[-1].op_type in ("Cast", "CastLike")
+    attributes = {a.name: round(onnx.helper.get_attribute_value(a), 6) for a in node.attribute}
+    for seed in range(3):
+        x, y = half_inputs(dtype, seed)
+        if name.startswith("threshold"):
+            assert attributes == {"threshold": 0.1, "value": 20.0}
+            inputs, expected = [x], [torch.nn.Threshold(0.1, 20.0)(x)]
+        else:
+            assert attributes == {"alpha": 0.5}
+            inputs, expected = [x, y], [x * 0.5 - y, y * 0.5 - x]
+        actual = run_half(run.out / name, inputs, dtype)
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_same_bits(a, e, f"{name} output {i}, seed {seed}")
+
+
+HALF_IN_RKNN = """
+import importlib.util, json, sys
+import numpy as np
+sys.argv = ["test.py", "--rknn-half"]  # test.py imports RKNN's half with this flag
+spec = importlib.util.spec_from_file_location("deploy_rknn_example", TEST_PY)
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+seen = {"compute": [], "shape_infer": []}
+
+class cstThreshold(example.cstThreshold):  # step 5's class, recording what RKNN hands it
+    def shape_infer(self, node, in_shapes, in_dtypes):
+        seen["shape_infer"] += [str(np.dtype(d)) for d in in_dtypes]
+        return super().shape_infer(node, in_shapes, in_dtypes)
+
+    def compute(self, node, inputs):
+        seen["compute"].append(inputs[0].dtype.name)
+        return super().compute(node, inputs)
+
+registry = example.RKNN()
+assert registry.reg_custom_op(cstThreshold()) == 0
+registry.release()
+found = {}
+for path in PATHS:
+    seen["compute"].clear(), seen["shape_infer"].clear()
+    rknn = example.to_rknn(path)
+    x = np.load("x32.npy" if path == "threshold.onnx" else "x16.npy")
+    (out,) = rknn.inference(inputs=[x], data_format="nchw")
+    rknn.release()
+    np.save(path.replace("/", "_") + ".out.npy", out)
+    found[path] = {kind: sorted(set(dtypes)) for kind, dtypes in seen.items()} | {"out": out.dtype.name}
+print("FOUND " + json.dumps(found))
+"""
+
+
+def test_rknn_hands_compute_float32_from_float16_models(run, tmp_path):
+    """Step 9, beyond one input: RKNN converts a float16 model to float32 at load_onnx, with or without the Casts;
+    step 5's class gets float32 (shape_infer and compute) and the simulator's output is float32, equal to PyTorch's
+    float16 Threshold bit for bit on float16 inputs: NaN, 0.1's neighbours, the largest finite values."""
+    paths = ["threshold.onnx", "threshold_float16.onnx", "threshold_float16_dynamo.onnx",
+             "failures/threshold_float16_dynamo.onnx"]
+    for path in paths:
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        shutil.copy(run.out / path, tmp_path / path)
+    x16, _ = half_inputs("float16", 7)
+    x16.view(-1)[1:3] = 1.0  # no infinities: test_cst_threshold_class_follows_torch_in_the_simulator has them
+    np.save(tmp_path / "x16.npy", x16.numpy())
+    np.save(tmp_path / "x32.npy", x16.float().numpy())
+    code = f"TEST_PY = {str(ROOT / NAME / 'test.py')!r}\nPATHS = {paths!r}\n" + HALF_IN_RKNN
+    output = run_in_rknn_environment(code, tmp_path)
+    found = json.loads(output.split("FOUND ", 1)[1].splitlines()[0])
+    assert found == {p: {"compute": ["float32"], "shape_infer": ["float32"], "out": "float32"} for p in paths}, found
+    assert output.count("have been modified to float32!") == 3, output[-3000:]
+    expected = torch.nn.Threshold(0.1, 20.0)(x16)
+    for path in paths:
+        actual = np.load(tmp_path / (path.replace("/", "_") + ".out.npy"))
+        assert_same_bits(actual.astype(np.float16), expected, f"{path} in the simulator")

@@ -43,6 +43,11 @@ def signature(model) -> tuple[list, list]:
         ("cdist_dynamo.onnx", ([["rows1", 3], ["rows2", 3]], [["rows1", "rows2"]]), "com.microsoft.CDist"),
         ("failures/threshold_fixed.onnx", ([[2, 3, 16]], [[2, 48]]), None),
         ("failures/threshold_fixed_dynamo.onnx", ([[2, 3, 16]], [[2, 48]]), None),
+        ("box_blur_float16_dynamo.onnx", ([["batch", 3, "length"]], [["batch", 3, "length - 2"]]), "dynshape.BoxBlur"),
+        ("box_blur_bfloat16_dynamo.onnx", ([["batch", 3, "length"]], [["batch", 3, "length - 2"]]), "dynshape.BoxBlur"),
+        ("box_blur_float16.onnx", ([["batch", 3, "length"]], [["batch", 3, "blurred"]]), "dynshape.BoxBlur"),
+        ("box_blur_bfloat16.onnx", ([["batch", 3, "length"]], [["batch", 3, "blurred"]]), "dynshape.BoxBlur"),
+        ("failures/box_blur_bf16_dynamo.onnx", ([["batch", 3, "length"]], [["batch", 3, "length - 2"]]), None),
     ],
 )
 def test_every_model_has_its_dims_and_custom_node(run, filename, expected, node):
@@ -238,6 +243,90 @@ def test_every_model_matches_pytorch_on_many_seeds_at_six_sizes(run):
         capture_output=True, text=True, timeout=900, cwd=ROOT / "tests",
     )
     assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-3000:]
+
+
+# Step 7's files in a child process, with its own float32 BoxBlur kernel and ONNX Runtime's own OrtValue API (raw
+# 16-bit values in and out), not test.py's DLPack helper.
+HALF_CHILD = """
+import sys
+import ml_dtypes, numpy as np, onnx, onnxruntime as ort, torch
+from conftest import load_example
+from onnxruntime_extensions import PyCustomOpDef as T, get_library_path, onnx_op
+
+example, (out, seeds) = load_example("dynamic_shapes"), sys.argv[1:]  # its rknn_cst kernels: loaded first
+
+@onnx_op(op_type="dynshape::BoxBlur", inputs=[T.dt_float], outputs=[T.dt_float], attrs={"width": T.dt_int64})
+def box_blur_kernel(x, width):  # float32 only: the Casts around the node bring the half values
+    count = x.shape[-1] - int(width) + 1
+    windows = np.stack([x[..., i : i + count] for i in range(int(width))])  # added in order, as test.py's kernel
+    return (windows.sum(axis=0) / np.float32(width)).astype(np.float32)
+
+options = ort.SessionOptions()
+options.register_custom_ops_library(get_library_path())
+KINDS = {
+    torch.float16: (onnx.TensorProto.FLOAT16, np.float16),
+    torch.bfloat16: (onnx.TensorProto.BFLOAT16, ml_dtypes.bfloat16),
+}
+as_value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+
+def edges(x):
+    finfo = torch.finfo(x.dtype)
+    flat = x.view(-1)  # NaN, infinities, the largest finite value (a float16 sum of three overflows), subnormals
+    specials = [float("nan"), float("inf"), -float("inf"), finfo.max, finfo.max, finfo.max, -finfo.max,
+                finfo.tiny * finfo.eps, finfo.tiny, -finfo.tiny * finfo.eps, 0.0, -0.0, 1 / 3, 2 / 3]
+    for i, value in enumerate(specials):
+        flat[(7 * i) % flat.numel()] = value
+    return x
+
+for name in ["box_blur_float16_dynamo", "box_blur_bfloat16_dynamo", "box_blur_float16", "box_blur_bfloat16"]:
+    dtype = torch.bfloat16 if "bfloat16" in name else torch.float16
+    elem_type, np_dtype = KINDS[dtype]
+    session = ort.InferenceSession(f"{out}/{name}.onnx", options, providers=["CPUExecutionProvider"])
+    (x_arg,), (y_arg,) = session.get_inputs(), session.get_outputs()
+    assert x_arg.type == y_arg.type == f"tensor({str(dtype)[6:]})", (name, x_arg.type, y_arg.type)
+    assert isinstance(x_arg.shape[0], str) and isinstance(x_arg.shape[2], str), (name, x_arg.shape)  # still symbolic
+    sizes = set()
+    for seed in range(int(seeds)):
+        torch.manual_seed(seed)
+        for batch, length in example.SIZES + [(3, 4), (7, 5)]:
+            x = torch.randn(batch, 3, length) * (1e-3, 1.0, 1e3, 3e4)[seed % 4]
+            x = x.to(dtype) if seed % 2 else edges(x.to(dtype))
+            bits = x.contiguous().view(torch.int16).numpy().view(np.uint16)
+            y_bits = np.zeros((batch, 3, length - 2), np.uint16)
+            binding = session.io_binding()
+            binding.bind_ortvalue_input(x_arg.name, as_value(bits, elem_type))
+            binding.bind_ortvalue_output(y_arg.name, as_value(y_bits, elem_type))
+            session.run_with_iobinding(binding)
+            ours = y_bits.view(np_dtype).astype(np.float32)  # exact: every 16-bit value is a float32
+            theirs = example.BoxBlurModel()(x)
+            assert theirs.dtype == dtype
+            # The page's tolerance: equal (NaN where PyTorch has NaN), each side rounding once from float32
+            np.testing.assert_array_equal(ours, theirs.float().numpy(), err_msg=f"{name} seed {seed} {batch}x{length}")
+            sizes.add((batch, length))
+    assert len(sizes) == 8, sizes
+
+# Step 7's failing file: the exporter wrote bfloat16 through the float-only schema; ONNX Runtime refuses it
+path = f"{out}/failures/box_blur_bf16_dynamo.onnx"
+assert onnx.load(path).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+try:
+    ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+except Exception as error:
+    assert "Type 'tensor(bfloat16)' of input parameter (x) of operator (BoxBlur)" in str(error), error
+else:
+    raise AssertionError("ONNX Runtime took a bfloat16 BoxBlur")
+print("ok")
+"""
+
+
+def test_half_precision_models_equal_pytorch_in_their_dtype(run):
+    """Step 7's float16 and bfloat16 files at eight sizes, 12 seeds, NaN, infinities, the largest finite value and
+    subnormals: equal to BoxBlurModel in that dtype (the page's tolerance), their dims still symbolic."""
+    pytest.importorskip("onnxruntime_extensions")
+    child = subprocess.run(
+        [sys.executable, "-c", HALF_CHILD, str(run.out), "12"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT / "tests",
+    )
+    assert child.returncode == 0 and child.stdout.split()[-1:] == ["ok"], child.stdout[-2000:] + child.stderr[-3000:]
 
 
 def test_rknn_toolkit_documents_dynamic_input_and_input_size_list():

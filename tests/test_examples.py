@@ -91,13 +91,17 @@ def test_the_paste_rule_catches_what_it_names():
 
 
 def models_named(script: str) -> list[str]:
-    """The .onnx files a page writes, by the string literals that name them (failures/ aside)."""
+    """The .onnx files a page writes, by the string literals that name them (failures/ aside; an
+    f-string's fixed parts, such as "_dynamo.onnx" in f"{name}_dynamo.onnx", name no file)."""
+    tree = ast.parse(script)
+    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
     names = {
         node.value
-        for node in ast.walk(ast.parse(script))
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and node.value.endswith(".onnx")
+        and id(node) not in parts
     }
     # "ai.onnx" is ONNX's default domain, not a file
     return sorted(

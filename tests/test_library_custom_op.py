@@ -266,3 +266,136 @@ def test_the_writing_op_is_deleted_before_any_symbolic_is_looked_up():
         torch.onnx.unregister_custom_op_symbolic("demo::blur1d_into", 1)
     model = onnx.load_model_from_string(buffer.getvalue())
     assert calls == [] and [n.op_type for n in model.graph.node] == ["Constant"]
+
+
+# ---- Step 7: the float16 and bfloat16 models, in ONNX Runtime's own API, on inputs test.py never used ----
+
+HALF = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
+HALF_MODELS = [f"blur1d_{dtype}_{exporter}.onnx" for exporter in ("dynamo", "torchscript") for dtype in HALF]
+
+
+def half_inputs(dtype: str, seed: int) -> np.ndarray:
+    """(2, 3, 16) in DTYPE (numpy float16, or ml_dtypes.bfloat16): values of every exponent, NaN, infinities, the
+    largest and smallest values, and sums that fall on a rounding tie of DTYPE or just past one."""
+    import ml_dtypes
+
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    info = ml_dtypes.finfo(np_dtype)
+    rng = np.random.default_rng(1000 + seed)
+    x = rng.standard_normal((2, 3, 16)) * np.exp2(rng.integers(-14, 12, (2, 3, 16)))  # every scale
+    specials = [np.nan, np.inf, -np.inf, float(info.max), -float(info.max), float(info.smallest_subnormal),
+                -float(info.smallest_subnormal), float(info.smallest_normal), 1.0, -0.0]
+    x[0, 1, rng.permutation(16)[: len(specials)]] = specials
+    x[1, 1] = float(info.max) * rng.choice([-1.0, 1.0, 0.5], 16)  # sums near the largest value
+    # y[i] = x[i-2]/4 + x[i]/2 + x[i+2]/4 (step 7's taps): 2048/4 + ulp(512)/2 lands on a tie between 512 and the next
+    # value; plus a quarter of a tiny c it is just past it, which float32 cannot hold: both sides round the tie
+    ulp = 2.0 ** (9 - info.nmant)
+    tiny = float(info.smallest_subnormal) if dtype == "float16" else 2.0 ** -30
+    for row, c in zip(x[:, 2], [0.0, tiny, -tiny, 8 * tiny], strict=False):
+        row[:] = rng.standard_normal(16)
+        row[[4, 6, 8]] = [2048.0, ulp, c]
+        row[[9, 11, 13]] = [-2048.0, -ulp, -c]
+    return x.astype(np_dtype)
+
+
+def run_half(model: bytes, x: np.ndarray, options) -> np.ndarray:
+    """MODEL (bytes) in ONNX Runtime, X in and out as raw 16-bit values: the OrtValue API, not test.py's DLPack
+    helper."""
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    dtype = "bfloat16" if x.dtype.name == "bfloat16" else "float16"
+    assert [session.get_inputs()[0].type, session.get_outputs()[0].type] == [f"tensor({dtype})"] * 2
+    out = np.zeros(x.shape, np.uint16)
+    binding = session.io_binding()
+    as_value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+    binding.bind_ortvalue_input(session.get_inputs()[0].name, as_value(x.view(np.uint16), HALF[dtype]))
+    binding.bind_ortvalue_output(session.get_outputs()[0].name, as_value(out, HALF[dtype]))
+    session.run_with_iobinding(binding)
+    return out.view(x.dtype)
+
+
+def blur1d_float64(x: np.ndarray, weights, dilation: int, padding: str) -> np.ndarray:
+    """The op written anew, by index, in float64: not test.py's NumPy kernel nor PyTorch's conv1d."""
+    n, total = x.shape[-1], (len(weights) - 1) * dilation
+    out = np.zeros(x.shape, np.float64)
+    for k, w in enumerate(weights):
+        j = np.arange(n) + k * dilation - total // 2
+        if padding == "reflect":
+            j = np.abs(j)
+            j = np.where(j > n - 1, 2 * (n - 1) - j, j)
+        taken = x[..., np.clip(j, 0, n - 1)].astype(np.float64)
+        if padding == "zeros":
+            taken[..., (j < 0) | (j > n - 1)] = 0.0
+        out += np.float64(w) * taken
+    return out
+
+
+HALF_CHILD = """
+import json, sys
+import numpy as np, onnx, onnxruntime as ort, torch
+from onnxruntime_extensions import PyCustomOpDef as T, get_library_path, onnx_op
+from test_library_custom_op import HALF, HALF_MODELS, blur1d_float64, example, half_inputs, run_half
+
+ort.set_default_logger_severity(4)
+
+
+@onnx_op(op_type="demo::Blur1d", inputs=[T.dt_float, T.dt_float], outputs=[T.dt_float],
+         attrs={"dilation": T.dt_int64, "padding": T.dt_string})
+def kernel(x, weights, dilation, padding):  # float32 in and out, as the page's kernel; computed in float64
+    return blur1d_float64(x, weights.tolist(), dilation, padding).astype(np.float32)
+
+
+options = ort.SessionOptions()
+options.register_custom_ops_library(get_library_path())
+equal = checked = 0
+for name in HALF_MODELS:
+    model = onnx.load(f"{sys.argv[1]}/{name}")
+    (node,) = [n for n in model.graph.node if n.domain == "demo"]
+    (weights,) = [a for a in node.attribute if a.name == "weights"]  # the kernel takes the list as an input
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(weights.floats, np.float32), "taps"))
+    node.input.append("taps")
+    node.attribute.remove(weights)
+    dtype = name.split("_")[1]
+    torch_dtype = getattr(torch, dtype)
+    for seed in range(6):
+        x = half_inputs(dtype, seed)
+        actual = torch.from_numpy(run_half(model.SerializeToString(), x, options).view(np.uint16)).view(torch_dtype)
+        expected = example.Blur()(torch.from_numpy(x.view(np.uint16)).view(torch_dtype))  # PyTorch in that dtype
+        eps = torch.finfo(torch_dtype).eps  # one unit in the last place: the README's tolerance
+        torch.testing.assert_close(actual, expected, rtol=eps, atol=torch.finfo(torch_dtype).tiny * eps,
+                                   equal_nan=True, msg=lambda m: f"{name}, seed {seed}: {m}")
+        equal += int(((actual == expected) | (actual.isnan() & expected.isnan())).sum())
+        checked += actual.numel()
+print(json.dumps([equal, checked]))
+"""
+
+
+def test_half_precision_models_follow_torch_in_onnxruntime(run):
+    """Step 7's four files, run through ONNX Runtime's OrtValue API with a float64 kernel of the test's own, on
+    NaN, infinities, the largest, smallest and subnormal values and rounding ties: within one unit in the last
+    place of PyTorch in float16 or bfloat16 (the README's derivation), in a child process (one kernel per process)."""
+    pytest.importorskip("onnxruntime_extensions")
+    for name in HALF_MODELS:
+        model = run.model(name)
+        assert model.graph.input[0].type.tensor_type.elem_type == HALF[name.split("_")[1]], name
+        casts = [n for n in model.graph.node if n.op_type == "Cast"][:1]
+        assert [n.attribute[0].i for n in casts] == [onnx.TensorProto.FLOAT], name  # into the kernel: float32
+    child = subprocess.run(
+        [sys.executable, "-c", HALF_CHILD, str(run.out)],
+        capture_output=True, text=True, timeout=600, env=CHILD_ENV, cwd=ROOT / "tests",
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    equal, checked = json.loads(child.stdout.strip().splitlines()[-1])
+    assert checked == 4 * 6 * 96 and equal > 0.9 * checked, (equal, checked)
+
+
+def test_half_precision_failure_is_bfloat16_and_caught(run):
+    """Step 7's failing file: step 2's translation wrote a bfloat16 node, though the local schema lists float only;
+    the full checker passes it until the schema is registered."""
+    path = str(run.out / "failures/blur1d_bfloat16_dynamo.onnx")
+    model = onnx.load(path)
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+    assert [n.op_type for n in model.graph.node] == ["Blur1d"]
+    onnx.checker.check_model(model, full_check=True)  # no schema for demo: nothing to check against
+    with pytest.raises(onnx.shape_inference.InferenceError, match="has unsupported type: tensor[(]bfloat16[)]"):
+        example.check_with_schemas(path, example.BLUR1D_SCHEMA)
+    assert not onnx.defs.has("Blur1d", "demo")

@@ -234,3 +234,78 @@ def test_unannotated_script_translation_exports(tmp_path):
         raise
     program.save(tmp_path / "j0.onnx")
     onnx.checker.check_model(onnx.load(str(tmp_path / "j0.onnx")), full_check=True)
+
+
+# ---- Step 7: the float16 and bfloat16 files, run with ONNX Runtime's own OrtValue API on every value of the dtype ----
+
+HALF_DTYPES = {"float16": (np.float16, onnx.TensorProto.FLOAT16, torch.float16, 2**-10, 2**-24)}
+try:
+    import ml_dtypes
+
+    HALF_DTYPES["bfloat16"] = (ml_dtypes.bfloat16, onnx.TensorProto.BFLOAT16, torch.bfloat16, 2**-7, 2**-133)
+except ImportError:  # pragma: no cover - ml_dtypes comes with onnx
+    pass
+HALF_MODELS = {  # file -> PyTorch in that dtype, and the atol the README adds to one unit of the dtype
+    "j0_{}_dynamo.onnx": (lambda x: torch.special.spherical_bessel_j0(x.float()).to(x.dtype), None),  # no half kernel
+    "selu_function_{}.onnx": (lambda x: torch.nn.SELU()(x), SELU_ATOL),
+}
+
+
+def every_value(dtype: str) -> np.ndarray:
+    """All 65536 bit patterns of DTYPE (NaNs, infinities, +-0, subnormals, every finite value), as (-1, 2, 3, 16)
+    batches for the files' fixed shape; the last batch wraps around."""
+    bits = np.arange(65536 + 96 - 65536 % 96, dtype=np.uint32).astype(np.uint16)
+    return bits.view(HALF_DTYPES[dtype][0]).reshape(-1, 2, 3, 16)
+
+
+def run_half(path, batches: np.ndarray, dtype: str) -> np.ndarray:
+    """PATH in plain ONNX Runtime on each batch, in and out as raw 16-bit values: ORT's OrtValue API and an IO
+    binding with a preallocated output, not test.py's DLPack helper."""
+    low, elem_type = HALF_DTYPES[dtype][:2]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [session.get_inputs()[0].type, session.get_outputs()[0].type] == [f"tensor({dtype})"] * 2
+    as_value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+    outputs = np.zeros(batches.shape, np.uint16)
+    for x, out in zip(batches, outputs, strict=True):
+        binding = session.io_binding()
+        binding.bind_ortvalue_input(session.get_inputs()[0].name, as_value(x.view(np.uint16), elem_type))
+        binding.bind_ortvalue_output(session.get_outputs()[0].name, as_value(out, elem_type))
+        session.run_with_iobinding(binding)
+    return outputs.view(low)
+
+
+@pytest.mark.parametrize("pattern", HALF_MODELS)
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_precision_models_match_torch_on_every_value(run, dtype, pattern):
+    """Step 7's files, float32 between Casts: on every value of the dtype, within one unit of the dtype (plus, for
+    Selu, step 4's float32 atol) of PyTorch in that dtype; NaN where PyTorch gives NaN."""
+    low, elem_type, torch_dtype, unit, smallest = HALF_DTYPES[dtype]
+    path = run.out / pattern.format(dtype)
+    model = onnx.load(str(path))
+    assert model.graph.input[0].type.tensor_type.elem_type == elem_type
+    ops = [node.op_type for node in model.graph.node]
+    assert ops[0] == "Cast" and ops[-1] in ("Cast", "CastLike"), ops  # float32 inside: Cast, body, Cast back
+    assert all(onnx.helper.get_attribute_value(a) == onnx.TensorProto.FLOAT for a in model.graph.node[0].attribute)
+    x = every_value(dtype)
+    actual = torch.from_numpy(run_half(path, x, dtype).view(np.int16)).view(torch_dtype)
+    reference, extra_atol = HALF_MODELS[pattern]
+    expected = reference(torch.from_numpy(x.view(np.int16)).view(torch_dtype))
+    assert actual.dtype == expected.dtype == torch_dtype
+    atol = smallest if extra_atol is None else extra_atol
+    message = lambda m: f"{path.name}: {m}"  # noqa: E731
+    torch.testing.assert_close(actual, expected, rtol=unit, atol=atol, equal_nan=True, msg=message)
+    if extra_atol is not None:  # what the README reports: beyond one unit, at most the float32 cancellation
+        torch.testing.assert_close(actual, expected, rtol=unit, atol=1.25e-7, equal_nan=True, msg=message)
+
+
+def test_half_precision_failure_is_bfloat16_and_refused(run):
+    """Step 7's failing file: step 1's FLOAT-annotated function exported on bfloat16, every op in bfloat16; the full
+    checker and ONNX Runtime both refuse Sin on it."""
+    path = run.out / "failures/j0_bf16_dynamo.onnx"
+    model = onnx.load(str(path))
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+    assert "Cast" not in [node.op_type for node in model.graph.node]
+    with pytest.raises(onnx.shape_inference.InferenceError, match=r"op_type:Sin.*unsupported type: tensor\(bfloat16\)"):
+        onnx.checker.check_model(str(path), full_check=True)
+    with pytest.raises(Exception, match=r"Type 'tensor\(bfloat16\)' of input parameter \(x\) of operator \(Sin\)"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -67,6 +67,12 @@ MODELS = {  # each model: its nodes (domain.op_type), its opset imports, the att
     "threshold_custom_dynamo_script.onnx": (CUSTOM, DYNAMO, THRESHOLD),  # and as @onnxscript.script
     "cdist_contrib.onnx": (["com.microsoft.CDist"], {"": 17, "com.microsoft": 1}, CDIST),
     "cdist_contrib_dynamo.onnx": (["com.microsoft.CDist"], {"": 20, "com.microsoft": 1}, CDIST),
+    # steps 13 and 14: the node float32 between Casts (dynamo=True's optimizer makes CastLike a Cast)
+    "threshold_float16_dynamo.onnx": (["Cast", *CUSTOM, "Cast"], DYNAMO, None),
+    "threshold_bfloat16_dynamo.onnx": (["Cast", *CUSTOM, "Cast"], DYNAMO, None),
+    "threshold_float16.onnx": (["Cast", *CUSTOM, "CastLike"], {"": 17, "rknn_cst": 1}, None),
+    "threshold_bfloat16.onnx": (["Cast", *CUSTOM, "CastLike"], {"": 17, "rknn_cst": 1}, None),
+    "failures/threshold_bf16_dynamo.onnx": (CUSTOM, DYNAMO, THRESHOLD),  # bfloat16, unchecked
 }
 
 
@@ -107,10 +113,10 @@ def test_run_output(run):
 
 
 def test_every_step_runs_as_shown_on_the_pinned_torch(run):
-    """steps.json: all twelve steps run, none differs; the version-specific lines and models only on older torch."""
+    """steps.json: all fourteen steps run, none differs; the version-specific lines and models only on older torch."""
     summary = json.loads((run.out / "steps.json").read_text(encoding="utf-8"))
     assert summary["torch"] == torch.__version__.split("+")[0]
-    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 13)}
+    assert {n: s["status"] for n, s in summary["steps"].items()} == {str(n): "runs" for n in range(1, 15)}
     assert "\n  on torch " not in run.output and "SKIP" not in run.output
     assert not (run.out / "failures" / "deform_conv2d_dynamo_opset18.onnx").exists()  # torch 2.6 to 2.8 only
     assert not (run.out / "failures" / "cholesky_ex_dynamo.onnx").exists()  # torch 2.8 only (step 3)
@@ -374,8 +380,8 @@ def test_unregistering_the_only_symbolic_breaks_the_next_export(tmp_path):
     assert "ValueError: min() arg is an empty sequence" in output, output[-3000:]
 
 
-def test_a_broken_onnxruntime_extensions_skips_only_steps_2_and_5(tmp_path):
-    """The optional package's import fails: every step runs, only 2 and 5 report a skip."""
+def test_a_broken_onnxruntime_extensions_skips_only_steps_2_5_13_and_14(tmp_path):
+    """The optional package's import fails: every step runs, only 2, 5, 13 and 14 report a skip."""
     fake = tmp_path / "site" / "onnxruntime_extensions"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
@@ -385,9 +391,10 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_2_and_5(tmp_path):
     assert result.returncode == 77, output[-4000:]
     reason = "onnxruntime-extensions cannot be imported (ImportError: broken on purpose)"
     reason += ": pip install onnxruntime-extensions"
-    assert f"SKIP step 2: {reason}" in output and f"SKIP step 5: {reason}" in output, output[-4000:]
-    assert "SKIP step 1" not in output and "\nFAIL:" not in output, output[-4000:]
-    assert all(f"== {number}. " in output for number in range(1, 13))
+    for number in (2, 5, 13, 14):
+        assert f"SKIP step {number}: {reason}" in output, output[-4000:]
+    assert "SKIP step 1:" not in output and "\nFAIL:" not in output, output[-4000:]
+    assert all(f"== {number}. " in output for number in range(1, 15))
     # What runs without the package still ran: the models are there, the plain ORT ones compared.
     for name in ["threshold_custom", "threshold_standard", "deform_conv2d", "threshold_custom_dynamo"]:
         assert (out / f"{name}.onnx").is_file(), name
@@ -395,7 +402,8 @@ def test_a_broken_onnxruntime_extensions_skips_only_steps_2_and_5(tmp_path):
     assert "threshold_custom.onnx: matches PyTorch" not in output
     summary = json.loads((out / "steps.json").read_text(encoding="utf-8"))
     statuses = {n: s["status"] for n, s in summary["steps"].items()}
-    assert statuses == {**{str(n): "runs" for n in range(1, 13)}, "2": "skipped", "5": "skipped"}, statuses
+    skipped = {str(n): "skipped" for n in (2, 5, 13, 14)}
+    assert statuses == {**{str(n): "runs" for n in range(1, 15)}, **skipped}, statuses
 
 
 # ---- Threshold: one meaning everywhere, PyTorch's (x <= threshold gives value, else x; NaN stays NaN) ----
@@ -559,3 +567,46 @@ def test_standard_ops_symbolic_follows_torch(example, tmp_path, dtype, threshold
         assert ops == ["Cast", "Constant", "LessOrEqual", "Constant", "Where"], ops
         assert [n.attribute[0].i for n in model.graph.node if n.op_type == "Cast"] == [onnx.TensorProto.FLOAT]
         assert constants[0].dtype == np.float32 and constants[1].dtype == numpy_dtype(dtype)  # threshold, value
+
+
+HALF = {"float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
+
+
+def run_half(path, x: np.ndarray, dtype: str) -> np.ndarray:
+    """PATH in ONNX Runtime with page_helpers' float32 kernel, X (float16, or bfloat16 as ml_dtypes) in and out as
+    raw 16-bit values: ONNX Runtime's own OrtValue API, not test.py's DLPack helper."""
+    session = ort.InferenceSession(str(path), ortx(), providers=["CPUExecutionProvider"])
+    assert [session.get_inputs()[0].type, session.get_outputs()[0].type] == [f"tensor({dtype})"] * 2
+    elem_type = HALF[dtype]
+    out = np.zeros(x.shape, np.uint16)
+    binding = session.io_binding()
+    as_value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+    binding.bind_ortvalue_input(session.get_inputs()[0].name, as_value(x.view(np.uint16), elem_type))
+    binding.bind_ortvalue_output(session.get_outputs()[0].name, as_value(out, elem_type))
+    session.run_with_iobinding(binding)
+    return out.view(x.dtype)
+
+
+@pytest.mark.parametrize("exporter", ["_dynamo", ""])
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_models_follow_torch_in_onnxruntime(run, example, dtype, exporter):
+    """Steps 13 and 14's float16 and bfloat16 files: the custom node float32 between Casts, run in ONNX Runtime on
+    the threshold's neighbours in that dtype, NaN and infinities, against torch.nn.Threshold in that dtype."""
+    path = run.out / f"threshold_{dtype}{exporter}.onnx"
+    model = onnx.load(str(path))
+    assert model.graph.input[0].type.tensor_type.elem_type == HALF[dtype]
+    (node,) = [n for n in model.graph.node if n.domain == "rknn_cst"]
+    assert {a.name: (KIND(a.type), helper.get_attribute_value(a)) for a in node.attribute} == THRESHOLD
+    for seed in range(3):
+        x = threshold_edges(numpy_dtype(dtype), (1, 3, 10, 10), seed=seed)
+        actual = run_half(path, x, dtype)
+        assert actual.dtype == x.dtype
+        assert_threshold_equal(actual, x, f"{path.name}, seed {seed}")
+
+
+def test_half_precision_failure_is_bfloat16_and_refused(run, example):
+    """Step 13's failing file: the exporter wrote bfloat16 through a float-only local schema; ORT refuses it."""
+    path = run.out / "failures/threshold_bf16_dynamo.onnx"
+    assert onnx.load(str(path)).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+    with pytest.raises(Exception, match="Type 'tensor[(]bfloat16[)]' of input parameter"):
+        ort.InferenceSession(str(path), ortx(), providers=["CPUExecutionProvider"])

@@ -9,9 +9,13 @@ import subprocess
 import sys
 import sysconfig
 
+import ml_dtypes
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
-from conftest import ROOT, passed
+import torch
+from conftest import ROOT, load_example, passed
 from onnx import AttributeProto, helper
 
 from harness import opsets_of as opsets
@@ -72,6 +76,15 @@ print(f"every tolerance held over {SEEDS} seeds")
 @pytest.fixture(scope="module")
 def run(example_run):
     return passed(example_run(NAME))  # skips the module when the example skipped itself (no compiler)
+
+
+@pytest.fixture(scope="module")
+def example(run):
+    """The example module, with step 1's C++ op loaded (a cached build, after `run`), and page_helpers' @onnx_op
+    kernels registered: a session that loads onnxruntime-extensions' library needs them."""
+    module = load_example(NAME)
+    module.step1_build()
+    return module
 
 
 def python(script: str, cwd, status=0, env=None) -> subprocess.CompletedProcess:
@@ -166,12 +179,12 @@ def test_a_failed_build_is_one_fail_line_then_what_the_compiler_said(tmp_path):
 def test_without_a_compiler_it_skips_with_the_reason(tmp_path):
     proc = main(tmp_path / "out", 77, env={"CXX": "no-such-compiler"})
     assert "SKIP step 1: no C++ compiler: 'no-such-compiler' is not on PATH" in proc.stdout
-    assert all(f"SKIP step {n}: needs the C++ ops of step 1" in proc.stdout for n in range(2, 7)), proc.stdout
+    assert all(f"SKIP step {n}: needs the C++ ops of step 1" in proc.stdout for n in (2, 3, 4, 5, 6, 8)), proc.stdout
     assert not list(tmp_path.rglob("*.onnx"))
 
 
-def test_without_onnxruntime_extensions_only_steps_3_to_5_skip(run, tmp_path):
-    """The other steps still run and check their models; exit 77 names 3, 4 and 5."""
+def test_without_onnxruntime_extensions_only_steps_3_to_5_and_8_skip(run, tmp_path):
+    """The other steps still run and check their models; exit 77 names 3, 4, 5 and 8."""
     shadow = tmp_path / "shadow" / "onnxruntime_extensions"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text('raise ImportError("onnxruntime_extensions hidden by the test")\n')
@@ -179,7 +192,7 @@ def test_without_onnxruntime_extensions_only_steps_3_to_5_skip(run, tmp_path):
     reason = "onnxruntime-extensions cannot be imported (ImportError: onnxruntime_extensions hidden by the test): "
     reason += "pip install onnxruntime-extensions"
     skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIP step")]
-    assert skips == [f"SKIP step {n}: {reason}" for n in (3, 4, 5)]
+    assert skips == [f"SKIP step {n}: {reason}" for n in (3, 4, 5, 8)]
     models = ["dual_residual_dynamo.onnx", "dual_residual_legacy_dynamo.onnx", "dual_residual.onnx",
               "failures/foo_all_attributes.onnx"]
     assert [model for model in models if not (tmp_path / "out" / model).is_file()] == []
@@ -201,13 +214,120 @@ def test_torch_2_4_gates_steps_2_to_4_and_7(run, tmp_path):
     assert skips == [f"SKIP step {n}: needs torch >= 2.6 ({why})" for n in (2, 3)] + [
         "SKIP step 4: needs torch >= 2.5 (on 2.4, dynamo=True is the older torch.onnx.dynamo_export)",
         "SKIP step 7: needs torch >= 2.6 (the other model, dual_residual_dynamo.onnx, comes from step 3)",
+        f"SKIP step 8: needs torch >= 2.6 (the dynamo=True half of this step: {why})",
     ]
     assert "exporting with dynamo=True" not in proc.stdout
     assert "dual_residual.onnx y_res: matches PyTorch" in proc.stdout  # step 5 ran the kernel it registered
     assert "dual_residual.onnx needs rknn_cst::cstDualResidual" in proc.stdout  # step 7 lists what it has
     steps = json.loads((out / "steps.json").read_text("utf-8"))["steps"]
     statuses = {number: step["status"] for number, step in steps.items()}
-    expected = ["runs"] + ["needs torch >= 2.6"] * 2 + ["needs torch >= 2.5"] + ["runs"] * 2 + ["needs torch >= 2.6"]
-    assert statuses == dict(zip("1234567", expected, strict=True)), statuses
-    assert sorted(p.name for p in out.glob("*.onnx")) == ["dual_residual.onnx", "dual_residual_untyped.onnx"]
+    expected = ["runs"] + ["needs torch >= 2.6"] * 2 + ["needs torch >= 2.5"] + ["runs"] * 2
+    expected += ["needs torch >= 2.6"] * 2
+    assert statuses == dict(zip("12345678", expected, strict=True)), statuses
+    assert "dual_residual_bfloat16.onnx: checked; within one ulp of PyTorch's, in bfloat16" in proc.stdout  # step 8's
+    assert sorted(p.name for p in out.glob("*.onnx")) == [  # dynamo=False half ran
+        "dual_residual.onnx", "dual_residual_bfloat16.onnx", "dual_residual_float16.onnx", "dual_residual_untyped.onnx"]
     assert not list(tmp_path.rglob("*.sarif"))
+
+
+# Step 8: the float16 and bfloat16 models, run with ONNX Runtime's own OrtValue API (not test.py's DLPack helper)
+HALF = {"float16": (onnx.TensorProto.FLOAT16, np.float16, torch.float16),
+        "bfloat16": (onnx.TensorProto.BFLOAT16, ml_dtypes.bfloat16, torch.bfloat16)}
+HALF_MODELS = [f"dual_residual_{dtype}{exporter}.onnx" for exporter in ("_dynamo", "") for dtype in HALF]
+
+
+def ortx() -> ort.SessionOptions:
+    """SessionOptions with onnxruntime-extensions' library: page_helpers' @onnx_op kernels (registered when the
+    `example` fixture imported page_helpers)."""
+    extensions = pytest.importorskip("onnxruntime_extensions")
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(extensions.get_library_path())
+    return options
+
+
+def run_half(path, x: np.ndarray, y: np.ndarray, dtype: str) -> list[np.ndarray]:
+    """PATH in ONNX Runtime, X and Y (float16, or bfloat16 as ml_dtypes) in, both outputs back as raw 16-bit values
+    in preallocated buffers."""
+    elem_type = HALF[dtype][0]
+    session = ort.InferenceSession(str(path), ortx(), providers=["CPUExecutionProvider"])
+    assert [a.type for a in session.get_inputs() + session.get_outputs()] == [f"tensor({dtype})"] * 4
+    as_value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+    outputs = [np.zeros(x.shape, np.uint16) for _ in session.get_outputs()]
+    binding = session.io_binding()
+    for arg, value in zip(session.get_inputs(), (x, y), strict=True):
+        binding.bind_ortvalue_input(arg.name, as_value(value.view(np.uint16), elem_type))
+    for arg, buffer in zip(session.get_outputs(), outputs, strict=True):
+        binding.bind_ortvalue_output(arg.name, as_value(buffer, elem_type))
+    session.run_with_iobinding(binding)
+    return [buffer.view(x.dtype) for buffer in outputs]
+
+
+def half_edges(dtype: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """x and y of shape (2, 3, 4) in DTYPE, which test.py never used: NaN, infinities, the largest finite value, the
+    smallest normal and subnormal values and their neighbours, y within a unit of x * 0.5 (cancellation), results
+    past the largest finite value, and random 16-bit patterns."""
+    _, np_dtype, _ = HALF[dtype]
+    info = ml_dtypes.finfo(np_dtype)
+    rng = np.random.default_rng(seed)
+    special = np.array([np.nan, np.inf, -np.inf, info.max, -info.max, info.smallest_normal, info.smallest_subnormal,
+                        -info.smallest_subnormal, 3 * info.smallest_subnormal, info.smallest_normal * 1.5, 0.0, -0.0,
+                        1.0, -1.0], dtype=np.float32).astype(np_dtype)
+    x = rng.permutation(np.concatenate([special, rng.standard_normal(10).astype(np_dtype)]))
+    near = (x.astype(np.float32) * 0.5).astype(np_dtype)  # y = x * 0.5 or a unit away: the difference cancels
+    away = np.nextafter(near, np.where(rng.random(24) < 0.5, np.inf, -np.inf).astype(np_dtype))
+    bits = rng.integers(0, 1 << 16, 24, dtype=np.uint16).view(np_dtype)  # any value, NaN and subnormals included
+    y = np.select([rng.random(24) < 0.3, rng.random(24) < 0.5], [bits, near], away)
+    y[:4] = np.where(x[:4] < 0, info.max, -info.max)  # |x * 0.5 - y| past the largest finite value, or not
+    if seed % 2:  # x and y swapped: the second output meets the edges
+        x, y = y, x
+    return x.reshape(2, 3, 4), y.reshape(2, 3, 4)
+
+
+def torch_half(a: np.ndarray, dtype: str) -> torch.Tensor:
+    return torch.from_numpy(a.view(np.uint16).astype(np.int16)).view(HALF[dtype][2])
+
+
+@pytest.mark.filterwarnings("ignore:(invalid value|overflow) encountered:RuntimeWarning")  # NaN, inf: the kernel's
+@pytest.mark.parametrize("filename", HALF_MODELS)
+def test_half_precision_models_follow_torch_in_onnxruntime(run, example, filename):
+    """Step 8's files: the custom node float32 between Casts, in ONNX Runtime on edge values and 20 seeds, against the
+    C++ op in that dtype: within one unit in the last place (rtol = eps, atol = tiny * eps), and equal wherever x * 0.5
+    (y * 0.5 for the second output) is exact in that dtype, that is, zero or normal: the page's derivation."""
+    dtype = filename.split("_")[2].split(".")[0]
+    model = onnx.load(str(run.out / filename))
+    assert [i.type.tensor_type.elem_type for i in model.graph.input] == [HALF[dtype][0]] * 2
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["Cast", "Cast", "cstDualResidual"] + (["Cast"] * 2 if "dynamo" in filename else ["CastLike"] * 2)
+    assert [n.attribute[0].i for n in model.graph.node[:2]] == [onnx.TensorProto.FLOAT] * 2
+    (node,) = [n for n in model.graph.node if n.domain == "rknn_cst"]
+    assert [(a.name, a.type, a.f) for a in node.attribute] == [("alpha", AttributeProto.FLOAT, 0.5)]
+    info = torch.finfo(HALF[dtype][2])
+    differed = 0
+    for seed in range(SEEDS):
+        x, y = half_edges(dtype, seed)
+        actual = run_half(run.out / filename, x, y, dtype)
+        tx, ty = torch_half(x, dtype), torch_half(y, dtype)
+        expected = torch.ops.cst.dual_residual(tx, ty, 0.5)
+        for got, want, scaled in zip(actual, expected, (tx, ty), strict=True):
+            got = torch_half(got, dtype)
+            torch.testing.assert_close(got, want, rtol=info.eps, atol=info.tiny * info.eps, equal_nan=True,
+                                       msg=lambda m, s=seed: f"{filename}, seed {s}: {m}")
+            exact = (scaled == 0) | (scaled.abs() >= 2 * info.tiny) | scaled.isnan()  # x * 0.5 exact in dtype
+            same = (got == want) | (got.isnan() & want.isnan())
+            assert same[exact].all(), (filename, seed, got[exact & ~same], want[exact & ~same])
+            differed += int((~same).sum())
+    assert 0 < differed < SEEDS * 2 * 24 // 4, differed  # the edges reach an inexact x * 0.5, a few per seed
+
+
+def test_half_precision_failure_is_bfloat16_and_refused(run, example):
+    """Step 8's failing file: the exporter wrote bfloat16 through step 3's float-only local schema; ONNX Runtime
+    refuses it, and so does the full checker once the schema is registered."""
+    path = str(run.out / "failures/dual_residual_bf16_dynamo.onnx")
+    model = onnx.load(path)
+    assert [i.type.tensor_type.elem_type for i in model.graph.input] == [onnx.TensorProto.BFLOAT16] * 2
+    assert [n.op_type for n in model.graph.node] == ["cstDualResidual"]
+    with pytest.raises(Exception, match=r"Type 'tensor\(bfloat16\)' of input parameter \(x\)"):
+        ort.InferenceSession(path, ortx(), providers=["CPUExecutionProvider"])
+    onnx.checker.check_model(path, full_check=True)  # no schema registered: the checker passes it
+    with pytest.raises(onnx.shape_inference.InferenceError, match="has unsupported type: tensor.bfloat16."):
+        example.check_with_schemas(path, example.dual_residual_schema)

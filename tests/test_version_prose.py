@@ -1021,9 +1021,9 @@ claim(F,
     CHECKER, "upto",
 )
 claim(F,
-    "- Steps 1 and 2 need torch <R> for `custom_translation_table`",
-    "- 第 1、2 步的 `custom_translation_table` 需要 torch <R>",
-    Status(F, ("1", "2"), "needs"), "before",
+    "- Steps 1, 2, 7 need torch <R> for `custom_translation_table`",
+    "- 第 1、2、7 步的 `custom_translation_table` 需要 torch <R>",
+    Status(F, ("1", "2", "7"), "needs"), "before",
 )
 claim(F,
     "on <R> `dynamo=True` calls the old `torch.onnx.dynamo_export`",
@@ -1098,7 +1098,13 @@ claim(F,
     "`custom_translation_table` 是 <R> 才有的",
     TRANSLATION_TABLE, "from",
 )
-claim(F, "asks for <R>): step 2 is skipped", "要求 <R>）：跳过第 2 步", TRANSLATION_TABLE, "from")
+claim(F, "asks for <R>): steps 2 and 7 are skipped", "要求 <R>）：跳过第 2 步和第 7 步", TRANSLATION_TABLE, "from")
+mark(F,
+    "torch <R> raises `\"reflection_pad1d\" not implemented",
+    "torch <R> 报 `\"reflection_pad1d\" not implemented",
+    "seen on 2.4 (.venv-rknn's torch) with step 7's gate lifted: the gate holds the step, so the matrix "
+    "records its reason, not the error",
+)
 claim(F, "- torch <R> adds `torch.export.draft_export`", "- torch <R> 把 `torch.export.draft_export` 作为", L_DRAFT)
 claim(F, "(<R> have\n none:", "（<R> 没有：", Not(L_DRAFT), mode="each")
 claim(F, "step 1 fails there as on <R> on)", "第 1 步在那里的失败与 <R> 及以后相同", Not(L_DRAFT), "from", "each")
@@ -1356,6 +1362,32 @@ mark(F, "`test.py` shows on <R> what a PC can", "`test.py` 在 <R> 上演示了 
 mark(F, "[rknn-toolkit2 <R> on the package index]()", "[包索引上的 rknn-toolkit2 <R>]()", NOT_TORCH)
 
 
+
+# ---- half precision (issue 40): the steps that export a custom node in float16 and bfloat16
+claim("onnxscript_function", "(torch <R> export opset 18)", "（torch <R> 导出的是 opset 18）", OPSET_18)
+mark("register_onnx_symbolic",
+    "On torch <R> PyTorch's CPU threshold\n has no float16",
+    "torch <R> 的 CPU threshold 没有 float16",
+    "seen on 1.13 (step 14 without its gate: \"threshold_cpu\" not implemented for 'Half'); the gate's "
+    "reason is what the matrix holds",
+)
+claim("register_onnx_symbolic", "so this step needs <R>:", "所以这一步需要 <R>：",
+      Status("register_onnx_symbolic", ("14",), "needs"), "before")
+claim("pythonop_symbolic", "- Step 8 needs torch <R>: PyTorch's CPU `clamp`", "- 第 8 步需要 torch <R>：在此之前",
+      Status("pythonop_symbolic", ("8",), "needs"), "before")
+claim("pythonop_symbolic", "On <R> it shows only `dynamo=False`", "<R> 只演示 `dynamo=False`",
+      Status("pythonop_symbolic", ("8",), "differs", why="dynamo=True's half is not shown"))
+claim("pythonop_symbolic", "(the table needs <R>)", "（转换表要 <R>）", TRANSLATION_TABLE, "from")
+claim("pythonop_symbolic",
+    "on\n <R> the `CastLike`s and the `Clip`'s bound stay as exported",
+    "<R> 上 `CastLike` 和 `Clip` 的边界值保持导出时的样子",
+    Status("pythonop_symbolic", ("8",), "differs", why="export does not optimize"),
+)
+claim("dynamic_shapes", "- Step 7 needs torch <R> (`torch.library.custom_op`)",
+      "第 7 步需要 torch <R>（`torch.library.custom_op`）", Status("dynamic_shapes", ("7",), "needs"), "before")
+claim("dynamic_shapes", "on <R> it writes only its", "在 <R> 上没有 `custom_translation_table`",
+      Status("dynamic_shapes", ("7",), "differs", why="only this step's dynamo=False files"))
+
 # ---- quantize_int8
 F = "quantize_int8"
 mark(F, "(RKNN-Toolkit2 2.5.0 pins torch <R>", "（RKNN-Toolkit2 2.5.0 固定了 torch <R>", RKNN)
@@ -1494,6 +1526,10 @@ mark(F, "**Time.** About 20 s of CPU time (torch <R>)", "**耗时。** 在 torch
 
 # ---- ERRORS.md: the causes each test.py gives in CAUSES (ERRORS.md prints them as recorded in the matrix)
 F = ERRORS
+claim(F, "the same on torch <R> (opset 18): the bfloat16 node", "",
+      Reproduced("autograd_function", "11", "Less(13)"))
+claim(F, "the same on torch <R> (opset 18): the bfloat16 node ONNX Runtime names is a `Max`", "",
+      Reproduced("pythonop_symbolic", "8", "Max(13)"))
 mark(F, "(by the deprecated `autograd_inlining=False`, or on torch < <R>)", "", UPSTREAM)
 claim(F, "`torch.library.custom_op` before torch <R> knows `typing.List[int]`", "", REFUSES_LIST, "before")
 claim(F, "without `opset_version`: torch <R>+ writes opset 20", "", Not(OPSET_18), "from")
