@@ -185,6 +185,50 @@ def paste_problems(markdown: str) -> list[str]:
     return problems
 
 
+PROSE_WORDS = 2500  # an English page's prose, outside <details>
+OPENING_WORDS = 250  # before the first `## `: the error it fixes and the way out
+# Lines over WIDTH in test.py regions that a page shows today, each to be wrapped when its folder's
+# cells are next re-recorded (any change to test.py re-runs its folder on every release): the check
+# fails while one is listed but no longer needed.
+WIDE_LINES = {
+    "deploy_openvino/README.md": 1,
+    "register_onnx_symbolic/README.md": 1,
+}
+
+
+def reader_words(markdown: str) -> int:
+    """The words a reader reads on GitHub: no code blocks, <details>, comments (cog's markers and
+    sources) or link targets."""
+    text = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    text = re.sub(r"<details>.*?</details>", "", text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    return len(re.findall(r"[A-Za-z0-9_'.-]+", text))
+
+
+def size_problems(page: pathlib.Path, markdown: str) -> list[str]:
+    """The page-size and layout rules (CONTRIBUTING.md, "The page"): at most PROSE_WORDS prose
+    words and OPENING_WORDS before the first section on an English page; no python line wider
+    than WIDTH, which GitHub's code column shows whole."""
+    problems = []
+    name = page.relative_to(ROOT).as_posix()
+    if page.name == "README.md":
+        if (count := reader_words(markdown)) > PROSE_WORDS:
+            problems.append(f"{count} prose words (at most {PROSE_WORDS} outside <details>)")
+        title = re.search(r"^# .*$", markdown, re.M)
+        first = re.search(r"^## ", markdown, re.M)
+        if title and first and (count := reader_words(markdown[title.end() : first.start()])) > OPENING_WORDS:
+            problems.append(f"{count} words in the opening (at most {OPENING_WORDS})")
+    wide = [line for block in python_blocks(markdown) for line in block.splitlines() if len(line) > WIDTH]
+    allowed = WIDE_LINES.get(name.replace("README.zh-CN.md", "README.md"), 0)
+    if len(wide) > allowed:
+        problems += [f"a python line of {len(line)} characters (at most {WIDTH}): {line.strip()[:60]}"
+                     for line in wide]
+    elif len(wide) < allowed:
+        problems.append(f"pages.WIDE_LINES allows {allowed} wide lines, the page has {len(wide)}: update it")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     global CHECK
     sys.modules.setdefault("pages", sys.modules[__name__])  # the generators' import finds this run
@@ -199,7 +243,7 @@ def main(argv: list[str]) -> int:
         with ThreadPoolExecutor(os.cpu_count()) as pool:
             OUTPUTS.update(zip(folders, pool.map(run_example, folders), strict=True))
     options = ["--check", "--diff"] if "--check" in argv else ["-r"]
-    prologue = "from pages import include, output"
+    prologue = "from pages import include, output; from error_texts import errors_fixed, opening_errors, start_here"
     markers = "{{{cog }}} {{{end}}}"  # not cog's [[[ ]]]: a page prints nested lists
     argv = ["cog", *options, "--markers", markers, "-I", str(ROOT), "-p", prologue]
     status = Cog().main([*argv, *map(str, pages)])
@@ -208,7 +252,11 @@ def main(argv: list[str]) -> int:
               for problem in paste_problems(p.read_text("utf-8"))]  # fmt: skip
     if pasted:  # the page is written (or checked); its code must still paste as a script
         print("a page's blocks do not paste as a script:\n  " + "\n  ".join(pasted))
-    return status or (1 if pasted else 0)
+    sized = [f"{p.relative_to(ROOT)}: {problem}" for p in pages
+             for problem in size_problems(p, p.read_text("utf-8"))]  # fmt: skip
+    if sized:
+        print("a page breaks the size or layout rules:\n  " + "\n  ".join(sized))
+    return status or (1 if pasted or sized else 0)
 
 
 if __name__ == "__main__":

@@ -373,7 +373,8 @@ def generated(matrix: dict) -> str:
 
 
 def write_pages(matrix: dict) -> None:
-    """The table and the version list in both READMEs (the same text: generated, so English)."""
+    """The table and the version list in both READMEs (the same text: generated, so English),
+    ERRORS.md, and every page's error texts (`python pages.py --no-run`)."""
     text = generated(matrix)
     for readme in (ROOT / "README.md", ROOT / "README.zh-CN.md"):
         content = readme.read_text(encoding="utf-8")
@@ -381,6 +382,10 @@ def write_pages(matrix: dict) -> None:
         after = rest.split(TABLE_END, 1)[1]
         readme.write_text(f"{before}{TABLE_BEGIN}\n\n{text}\n\n{TABLE_END}{after}", encoding="utf-8")
     ERRORS.write_text(errors_page(matrix), encoding="utf-8")
+    import pages  # its error texts (error_texts.py) read stacks/matrix.json, which MATRIX is
+
+    if pages.main(["--no-run"]) != 0:  # every page's error texts, from the new matrix
+        raise SystemExit("python pages.py --no-run failed: see above")
 
 
 def pages_differ(matrix: dict) -> list[str]:

@@ -247,10 +247,17 @@ def prose(folder: str, lang: str) -> str:
     if folder == ERRORS:
         return causes()
     lines = path(folder, lang).read_text(encoding="utf-8").split("\n")
-    out, fenced, table = [], False, False
+    out, fenced, table, cogged = [], False, False, False
     for line in lines:
         if line.startswith(run_stacks.TABLE_BEGIN[:20]):
             table = True
+        if "{{{cog" in line or "{{{end}}}" in line:  # what cog writes comes from code and runs
+            cogged = "{{{cog" in line and "{{{end}}}" not in line
+            out.append("")
+            continue
+        if cogged:
+            out.append("")
+            continue
         if line.lstrip().startswith("```"):
             fenced = not fenced
             out.append("")
@@ -405,7 +412,7 @@ claim(F,
     "torch <R> 起，`torch.onnx.export` 默认 `dynamo=True`",
     DEFAULT_DYNAMO, "from",
 )
-claim(F, "section (checked on torch <R>;", "（在 torch <R> 上核实过；", Pinned())
+claim(F, "traceback (checked on torch <R>;", "（在 torch <R> 上核实过；", Pinned())
 mark(F,
     "calls the list approximate … and the function\n deprecated since <R>.",
     "并说这个函数自 <R> 起已弃用",
@@ -500,19 +507,9 @@ claim(F,
 claim(F, "which since torch <R> means `dynamo=True`", "torch <R> 起这就是 `dynamo=True`", DEFAULT_DYNAMO, "from")
 mark(F, "Notes written for torch <R> comment out `elu`", "为 torch <R> 写的笔记让人把", SOURCE)
 claim(F,
-    "- torch <R>, `dynamo=True`: `No Op registered for DeformConv",
-    "- torch <R>，`dynamo=True`：`No Op registered for DeformConv",
-    OPSET_18,
-)
-claim(F,
     "a call without `dynamo=` on torch <R> or later ignores symbolics",
     "torch <R> 起不传 `dynamo=` 的调用忽略符号函数",
     DEFAULT_DYNAMO, "from",
-)
-claim(F,
-    "unrecognized namespace torchvision::deform_conv2d` (torch <R>: `{op_name}`)",
-    "unrecognized namespace torchvision::deform_conv2d`（torch <R> 上是 `{op_name}`）",
-    OP_NAME,
 )
 claim(F,
     "package as pinned; <R> prints what",
@@ -625,16 +622,6 @@ claim(F,
     R_DRAFT,
 )
 claim(F, "What `python test.py` prints on torch <R>,", "下面是 `python test.py` 在 torch <R> 上的输出", Pinned())
-claim(F,
-    "`UnsupportedOperatorException: cst.dual_residual.default` (torch <R>: draft",
-    "`UnsupportedOperatorException: cst.dual_residual.default`；torch <R> 上是 draft export",
-    R_DRAFT,
-)
-claim(F,
-    "(torch <R>: `... unrecognized\n namespace {op_name}. ...`)",
-    "；torch <R> 上是 `... unrecognized namespace {op_name}. ...`（",
-    OP_NAME,
-)
 claim(F, "torch <R>\n and older print neither:", "torch <R> 及更早的版本两者都不打印：", NO_DUMP, "upto")
 mark(F,
     "<R>'s `setup_onnx_logging` calls `torch.onnx.is_onnx_log_enabled()`",
@@ -747,11 +734,6 @@ claim(F,
 mark(F, "(deprecated since torch <R>)", "（torch <R> 起已弃用）", UPSTREAM)
 claim(F, "(torch <R> warned:", "（torch <R> 会警告", Status(F, ("6",), "differs"))
 claim(F, "What `python test.py` prints on torch <R>,", "下面是 `python test.py` 在 torch <R> 上的输出", Pinned())
-claim(F,
-    "at pos 1`; torch <R>: a `Resize` frozen at factor 3",
-    "at pos 1`；torch <R> 上：`Resize` 的倍数定死为 3",
-    Reproduced(F, "3", "Expected strategy 'TorchExportNonStrictStrategy'"),
-)
 claim(F,
     "; torch <R>: `UserWarning: The\n exported ONNX model failed ONNX shape inference.`",
     "；torch <R> 还有 `UserWarning: The exported ONNX model failed ONNX shape inference.`",
@@ -1016,11 +998,6 @@ claim(F,
     BY_NAME,
 )
 claim(F,
-    "(torch <R> and older: `torch.onnx.errors.CheckerError` with the same text",
-    "在 torch <R> 及更早的版本上，导出本身就抛出文本相同的",
-    CHECKER, "upto",
-)
-claim(F,
     "- Steps 1, 2, 7 need torch <R> for `custom_translation_table`",
     "- 第 1、2、7 步的 `custom_translation_table` 需要 torch <R>",
     Status(F, ("1", "2", "7"), "needs"), "before",
@@ -1068,11 +1045,6 @@ F = "library_custom_op"
 L_DRAFT = Status(F, ("1",), "differs", why="draft_export")
 V1 = AnyOf((Reproduced(F, "6", "%auto_functionalized :"), Status(F, ("6",), "differs", why="auto_functionalized (v1)")))
 claim(F, "comes from (torch <R>)</summary>", "从哪里来（torch <R>）</summary>", Pinned())
-claim(F,
-    "(on torch <R> without a fake kernel",
-    "（在 torch <R> 上，没有 fake 实现也会这样）",
-    Reproduced(F, "1", "No ONNX function found for <OpOverload(op='demo.blur1d'"),
-)
 claim(F,
     "<summary>What differs on torch <R></summary>",
     "<summary>torch <R> 上的不同之处</summary>",
@@ -1163,12 +1135,6 @@ claim(F,
     REFUSES_LIST, mode="each",
 )
 claim(F, "What `python test.py` prints on torch <R>,", "下面是 `python test.py` 在 torch <R> 上的输出", Pinned())
-claim(F,
-    "On torch <R> `test.py` reproduces `ValueError: infer_schema(func)",
-    "`test.py` 在 torch <R> 上复现 `ValueError: infer_schema(func)",
-    REFUSES_LIST,
-)
-claim(F, "(`custom_op` before torch <R>: annotate", "（torch <R> 之前的 `custom_op`：改注解为", REFUSES_LIST, "before")
 mark(F,
     "- Step 1, torch <R>: importing `torch.utils.cpp_extension` writes `No CUDA runtime is found`",
     "- 第 1 步，torch <R>：导入 `torch.utils.cpp_extension` 时会用普通的 `print` 写出",
