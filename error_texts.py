@@ -232,11 +232,13 @@ def errors_fixed() -> None:
     numbers = sorted({e.fixed_in for e in errors()[folder]})
     pinned = run_stacks.label(PINNED)
     lead = (
-        f"以下是本目录在 torch {pinned} 上运行时打印的原文（由 `test.py` 的 `CAUSES` 和各版本的运行记录生成），"
-        "只在部分版本上出现的注明版本；每个版本上的每种措辞及其原因见 [ERRORS.md](../ERRORS.md)："
+        f"以下是本目录在 torch {pinned} 上运行时打印的原文（torch {pinned} 不报的，取报它的最新版本的原文；"
+        "由 `test.py` 的 `CAUSES` 和各版本的运行记录生成），只在部分版本上出现的注明版本；"
+        "每个版本上的每种措辞及其原因见 [ERRORS.md](../ERRORS.md)："
         if zh else
-        f"Each as this folder's run printed it on torch {pinned} (written from `test.py`'s `CAUSES` and "
-        "the runs on every release), with the releases that raise it where not all do; "
+        f"Each as this folder's run printed it on torch {pinned}, or on the newest release that raises "
+        "it (written from `test.py`'s `CAUSES` and the runs on every release), with the releases that "
+        "raise it where not all do; "
         "[ERRORS.md](../ERRORS.md) has every wording on every release, and each cause:"
     )
     cog.outl(f"\n{lead}\n\n" + "\n".join(_bullets(folder, [str(n) for n in numbers], zh)) + "\n")

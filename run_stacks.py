@@ -205,10 +205,12 @@ def run_examples(stack: str, python: pathlib.Path, names: list[str], results: pa
 
 
 def inputs(stack: str, name: str) -> str:
-    """What a cell is produced from: a hash of NAME's code, the harness, the pages' helpers and
-    STACK's pins (a change to any of them makes the cell stale)."""
+    """What a cell is produced from: a hash of NAME's code, the harness, the pages' helpers, the
+    lesson code it imports and STACK's pins (a change to any of them makes the cell stale)."""
     files = sorted((ROOT / name).glob("*.py")) + sorted((ROOT / name).glob("*.txt"))
     files += [ROOT / "harness.py", ROOT / "page_helpers.py", ROOT / STACKS[stack]]
+    if re.search(r"^from lesson_code import", (ROOT / name / "test.py").read_text("utf-8"), re.M):
+        files.append(ROOT / "lesson_code.py")  # the lesson code it shares with other folders
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())

@@ -74,6 +74,8 @@ else:  # the first script's (the main environment)
     except ImportError:  # pip install onnxruntime-extensions
         onnx_op = None
     # endregion
+    # the symbolics other folders teach (lesson_code.py; on the page in step 3)
+    from lesson_code import deform_conv2d_symbolic, dual_residual_symbolic
 
 
 MODELS: list = []  # step 1's inputs and models, for steps 2 and 3
@@ -412,31 +414,6 @@ def step3_export_torchscript():
         out.setType(x.type())
         return out
 
-    @parse_args("v", "v", "f")
-    def dual_residual_symbolic(g, x, y, alpha):
-        # As in register_pytorch_op/: outputs=2 makes g.op return one Value per output.
-        out_x, out_y = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
-        out_x.setType(x.type())
-        out_y.setType(y.type())
-        return out_x, out_y
-
-    @parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
-    def deform_conv2d_symbolic(
-        g, x, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
-        groups, offset_group, use_mask,
-    ):
-        # As in register_onnx_symbolic/: ONNX DeformConv (opset 19) takes X, W, offset, B, mask.
-        inputs = [x, weight, offset, bias] + ([mask] if use_mask else [])
-        return g.op(
-            "DeformConv",
-            *inputs,
-            strides_i=[stride_h, stride_w],
-            pads_i=[pad_h, pad_w, pad_h, pad_w],  # ONNX lists begins then ends
-            dilations_i=[dil_h, dil_w],
-            group_i=groups,
-            offset_group_i=offset_group,
-        )
-
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
     register_custom_op_symbolic("cst::dual_residual", dual_residual_symbolic, 12)
     register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
@@ -661,8 +638,8 @@ def step6_convert_and_compare():
     expected = [name for step in (2, 3) if exported_by_step(step) for name in KEPT[step][:4]]
     assert sorted(results) == sorted(expected), f"converted {sorted(results)}, not {expected}"
     if not exported_by_step(2):
-        RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[2])}: {step2_status()}")
-        harness.differs(f"converted the four dynamo=False models only: {step2_status()}")
+        RESULTS["skipped"].append(f"step 6: {', '.join(KEPT[2])}: {first_half_step2()}")
+        harness.differs(f"converted the four dynamo=False models only: {first_half_step2()}")
 
     with rknn_log():
         # region step6-2
@@ -757,8 +734,8 @@ def step8_traps():
     )
 
     if not exported_by_step(2):  # the last two traps read step 2's failure files
-        RESULTS["skipped"].append(f"step 8: {', '.join(FAILURES[:2])}: {step2_status()}")
-        harness.differs(f"the two dynamo=True traps not run: {step2_status()}")
+        RESULTS["skipped"].append(f"step 8: {', '.join(FAILURES[:2])}: {first_half_step2()}")
+        harness.differs(f"the two dynamo=True traps not run: {first_half_step2()}")
         return
     with rknn_log():
         # region step8-4
@@ -821,8 +798,8 @@ def step9_half_in_rknn():
     print("  load_onnx warned for each float16 file: ... have been modified to float32!")
     RESULTS["evidence"]["float16_warning"] = warning
     if not exported_by_step(2):
-        RESULTS["skipped"].append(f"step 9: {', '.join(HALF_CONVERTED[1:])}: {step2_status()}")
-        harness.differs(f"the two dynamo=True float16 files not run: {step2_status()}")
+        RESULTS["skipped"].append(f"step 9: {', '.join(HALF_CONVERTED[1:])}: {first_half_step2()}")
+        harness.differs(f"the two dynamo=True float16 files not run: {first_half_step2()}")
 
     with rknn_log():
         # region step9-2
@@ -1015,7 +992,7 @@ def needs_step_3() -> None:
         raise harness.NeedsTorch(version, why)
 
 
-def step2_status() -> str:
+def first_half_step2() -> str:
     step = FIRST_HALF["steps"]["2"]
     why = f" ({step['why']})" if step["why"] else ""
     return f"exported on torch {FIRST_HALF['torch']}, where step 2 {step['status']}{why}"

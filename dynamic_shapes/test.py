@@ -21,6 +21,7 @@ import warnings
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
 import harness  # the runner: the command line, the steps, the checks (harness.py)
 from page_helpers import *  # noqa: F403 - the page's first block: common imports, helpers
+from lesson_code import cst_threshold  # shared lessons
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
@@ -381,29 +382,18 @@ def step2_dynamic_axes():
 # 3. dynamo=True: dynamic_shapes, and a fake kernel that derives the sizes
 # ---------------------------------------------------------------------------------------------
 
-# region threshold_translation
+# region rknn_cst_opset
 programs = {}  # file name -> ONNXProgram: step 5 runs each again at other sizes
 
 rknn_cst = onnxscript.values.Opset("rknn_cst", 1)
-# register_onnx_symbolic's local schema: it types the node; onnx never registers it
-threshold_schema = OpSchema(
-    "cstThreshold",
-    "rknn_cst",
-    1,
-    inputs=[OpSchema.FormalParameter("X", "T")],
-    outputs=[OpSchema.FormalParameter("Y", "T")],
-    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
-    attributes=[
-        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "x <= this gives value"),
-        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "given where x <= threshold"),
-    ],
-)
-cst_threshold = onnxscript.values.Op(rknn_cst, "cstThreshold", threshold_schema)
+# endregion
+# threshold_schema and cst_threshold: lesson_code.py's region threshold_schema, on the page here
+# (register_onnx_symbolic's local schema: it types the node; onnx never registers it)
 
 
+# region threshold_translation
 def threshold_translation(x, threshold: float, value: float):
     return cst_threshold(x, threshold=threshold, value=value)
-
 # endregion
 
 

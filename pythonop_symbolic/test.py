@@ -93,6 +93,7 @@ def step1_dynamo_records_forward():
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: matches PyTorch exactly; ops {' '.join(ops)}")
     # endregion
+    for path in ("clip_then_relu_dynamo.onnx", "two_clips_dynamo.onnx"):
         harness.show(path)
     clip_then_relu = harness.op_types("clip_then_relu_dynamo.onnx")
     two_clips = harness.op_types("two_clips_dynamo.onnx")
@@ -188,19 +189,30 @@ def step2_custom_ops():
 # ---------------------------------------------------------------------------------------------
 
 
+# region custom_op_apply
+@contextlib.contextmanager
+def custom_op_apply():
+    """While the block runs, each class's apply calls its custom op; after it, even when the
+    export raises, `del` gives the class its own apply back."""
+    MyClip.apply = torch.ops.pythonop_demo.my_clip
+    MyRelu.apply = torch.ops.pythonop_demo.my_relu
+    try:
+        yield
+    finally:
+        del MyClip.apply, MyRelu.apply
+# endregion
+
+
 @harness.needs_torch("2.6", harness.TABLE)
 def step3_patched_apply():
     """dynamo=True: a library's Functions, by patching apply"""
     x = torch.randn(2, 3)  # step 2's input
     # region step3
-    # Each class's apply now calls its custom op; `del` gives the class its own apply back.
-    MyClip.apply = torch.ops.pythonop_demo.my_clip
-    MyRelu.apply = torch.ops.pythonop_demo.my_relu
     model = ClipThenRelu().eval()  # step 1's model, its code unchanged
-    onnx_program = torch.onnx.export(
-        model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
-    )
-    del MyClip.apply, MyRelu.apply
+    with custom_op_apply():
+        onnx_program = torch.onnx.export(
+            model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
+        )
     assert_onnx_program(onnx_program, rtol=0, atol=0)
     onnx_program.save("patched_functions_dynamo.onnx")
     ops = [node.op_type for node in onnx.load("patched_functions_dynamo.onnx").graph.node]
@@ -464,12 +476,11 @@ def step8_half_precision():
         # region step8
         # Step 2's translations on a bfloat16 model, each Function's apply patched as in step 3.
         model = ReluAndClip().eval()
-        MyClip.apply = torch.ops.pythonop_demo.my_clip
-        MyRelu.apply = torch.ops.pythonop_demo.my_relu
         x = torch.randn(2, 3).to(torch.bfloat16)
-        onnx_program = torch.onnx.export(
-            model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
-        )
+        with custom_op_apply():
+            onnx_program = torch.onnx.export(
+                model, (x,), dynamo=True, verbose=False, custom_translation_table=translations
+            )
         path = "failures/relu_and_clip_bf16_dynamo.onnx"
         onnx_program.save(path)
         onnx.checker.check_model(path, full_check=True)  # ONNX's Relu takes bfloat16: it passes
@@ -486,9 +497,10 @@ def step8_half_precision():
         }
         for dtype in (torch.float16, torch.bfloat16):
             x = torch.randn(2, 3).to(dtype)
-            onnx_program = torch.onnx.export(
-                model, (x,), dynamo=True, verbose=False, custom_translation_table=table
-            )
+            with custom_op_apply():
+                onnx_program = torch.onnx.export(
+                    model, (x,), dynamo=True, verbose=False, custom_translation_table=table
+                )
             path = f"relu_and_clip_{str(dtype)[6:]}_dynamo.onnx"
             onnx_program.save(path)
             onnx.checker.check_model(path, full_check=True)
@@ -497,7 +509,6 @@ def step8_half_precision():
                 assert a.dtype == dtype and torch.equal(a, expected)  # selections: exact
             ops = [n.op_type for n in onnx.load(path).graph.node]
             print(f"  {path}: {' '.join(ops)}, equals PyTorch")
-        del MyClip.apply, MyRelu.apply
         # endregion
         for dtype in (torch.float16, torch.bfloat16):
             check_half_dynamo(f"relu_and_clip_{str(dtype)[6:]}_dynamo.onnx", dtype)

@@ -21,6 +21,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
 import harness  # the runner: the command line, the steps, the checks (harness.py)
 from page_helpers import *  # noqa: F403 - the page's first block: common imports, helpers
+from lesson_code import cst_threshold, deform_conv2d_symbolic, threshold_schema  # shared lessons
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
@@ -102,7 +103,7 @@ def step1_dynamo_as_they_are():
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: {ops}, matches PyTorch")
     # endregion
-
+    for path in ("threshold_dynamo.onnx", "asinh_dynamo.onnx", "deform_conv2d_dynamo.onnx"):
         exported = harness.show(path)
         assert all(n.domain == "" for n in exported.graph.node), path
     assert [n.op_type for n in onnx.load("deform_conv2d_dynamo.onnx").graph.node] == ["DeformConv"]
@@ -122,23 +123,8 @@ def threshold_translation(x, threshold: float, value: float):
 # endregion
 
 
+# threshold_schema and cst_threshold: lesson_code.py's region threshold_schema, on the page here
 # region threshold_local_schema
-# The op's ONNX schema, kept local: the translation types its node with it; onnx never sees it.
-threshold_schema = OpSchema(
-    "cstThreshold",
-    "rknn_cst",
-    1,
-    inputs=[OpSchema.FormalParameter("X", "T")],
-    outputs=[OpSchema.FormalParameter("Y", "T")],
-    type_constraints=[("T", ["tensor(float)"], "float32 tensors")],
-    attributes=[
-        OpSchema.Attribute("threshold", OpSchema.AttrType.FLOAT, "x <= this gives value"),
-        OpSchema.Attribute("value", OpSchema.AttrType.FLOAT, "given where x <= threshold"),
-    ],
-)
-cst_threshold = onnxscript.values.Op(rknn_cst, "cstThreshold", threshold_schema)
-
-
 def threshold_local_schema(x, threshold: float, value: float):
     return cst_threshold(x, threshold=threshold, value=value)
 
@@ -188,7 +174,7 @@ def step2_dynamo_custom_node():
             assert_onnx_program(program, rtol=0, atol=0)
             print(f"  {path}: matches PyTorch")
     # endregion
-
+    for path in ("threshold_custom_dynamo.onnx", "threshold_custom_dynamo_script.onnx"):
         exported = harness.show(path)
         assert harness.opsets_of(exported).get("rknn_cst") == 1, harness.opsets_of(exported)
         assert harness.output_dims(exported) == [1, 3, 10, 10]  # typed by the exporter
@@ -752,24 +738,7 @@ def deform_conv2d_placeholder(g, x, weight, offset, mask, bias, *unused):
 # endregion
 
 
-# region deform_conv2d_symbolic
-@parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
-def deform_conv2d_symbolic(
-    g, x, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
-    groups, offset_groups, use_mask,
-):
-    # ONNX DeformConv (opset 19) takes X, W, offset, B, mask: not torchvision's order.
-    inputs = [x, weight, offset, bias] + ([mask] if use_mask else [])
-    return g.op(
-        "DeformConv",
-        *inputs,
-        strides_i=[stride_h, stride_w],
-        pads_i=[pad_h, pad_w, pad_h, pad_w],  # ONNX lists begins then ends
-        dilations_i=[dil_h, dil_w],
-        group_i=groups,
-        offset_group_i=offset_groups,
-    )
-# endregion
+# deform_conv2d_symbolic: lesson_code.py's region, on the page here
 
 
 def step11_deform_conv2d():

@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
 import harness  # the runner: the command line, the steps, the checks (harness.py)
 from page_helpers import *  # noqa: F403 - the page's first block: common imports, helpers
+from lesson_code import dual_residual_symbolic  # shared lessons
 
 # The page's imports, then its helpers, word for word (a pasted page starts with them) ---------
 
@@ -378,15 +379,7 @@ def dual_residual_untyped(g, x, y, alpha):
 # endregion
 
 
-# region dual_residual_symbolic
-@parse_args("v", "v", "f")
-def dual_residual_symbolic(g, x, y, alpha):
-    # outputs=2: g.op returns one Value per output; give each its type (ONNX cannot infer it)
-    out_x, out_y = g.op("rknn_cst::cstDualResidual", x, y, alpha_f=alpha, outputs=2)
-    out_x.setType(x.type())
-    out_y.setType(y.type())
-    return out_x, out_y
-# endregion
+# dual_residual_symbolic: lesson_code.py's region, on the page here
 
 
 def step5_symbolic():
