@@ -160,13 +160,16 @@ def releases(error: Error, zh: bool) -> str:
     return f"（torch {span}）" if zh else f" (torch {span})"  # the others raise none, or another
 
 
-def shown(chosen: list[Error], zh: bool) -> str:
-    """The errors, grouped by what raises them: `dynamo=True`: `A`, `B`; ONNX Runtime: `C`."""
+def shown(chosen: list[Error], zh: bool, raisers: bool = True) -> str:
+    """The errors, grouped by what raises them: `dynamo=True`: `A`, `B`; ONNX Runtime: `C` (without
+    RAISERS, where the prose around says it: `A`, `B`, `C`)."""
     groups: dict[str, list[str]] = {}
     for error in chosen:
         groups.setdefault(error.raised_by, []).append(code(error.message) + releases(error, zh))
-    sep, colon = ("；", "：") if zh else ("; ", ": ")
-    return sep.join(f"{who(by)}{colon}" + ("、" if zh else ", ").join(items) for by, items in groups.items())
+    sep, colon, comma = ("；", "：", "、") if zh else ("; ", ": ", ", ")
+    if not raisers:
+        return comma.join(item for items in groups.values() for item in items)
+    return sep.join(f"{who(by)}{colon}" + comma.join(items) for by, items in groups.items())
 
 
 def link(folder: str, number: int, zh: bool, here: str | None = None) -> str:
@@ -202,7 +205,7 @@ def _page() -> tuple[str, bool]:
     return path.parent.name, path.name == ZH
 
 
-def _bullets(folder: str, refs: list[str], zh: bool) -> list[str]:
+def _bullets(folder: str, refs: list[str], zh: bool, raisers: bool = True) -> list[str]:
     by_step: dict[int, list[Error]] = {}
     for ref in refs:
         for error in pick(folder, ref):
@@ -210,7 +213,7 @@ def _bullets(folder: str, refs: list[str], zh: bool) -> list[str]:
                 by_step[error.fixed_in].append(error)
     out = []
     for number, chosen in by_step.items():
-        out.append(f"- {link(folder, number, zh, here=folder)} · {shown(chosen, zh)}")
+        out.append(f"- {link(folder, number, zh, here=folder)} · {shown(chosen, zh, raisers)}")
     return out
 
 
@@ -219,7 +222,7 @@ def opening_errors(*refs: str) -> None:
     import cog
 
     folder, zh = _page()
-    cog.outl("\n" + "\n".join(_bullets(folder, list(refs), zh)) + "\n")
+    cog.outl("\n" + "\n".join(_bullets(folder, list(refs), zh, raisers=False)) + "\n")
 
 
 def errors_fixed() -> None:
@@ -241,7 +244,11 @@ def errors_fixed() -> None:
         "raise it where not all do; "
         "[ERRORS.md](../ERRORS.md) has every wording on every release, and each cause:"
     )
-    cog.outl(f"\n{lead}\n\n" + "\n".join(_bullets(folder, [str(n) for n in numbers], zh)) + "\n")
+    summary = "本目录的运行复现的每一条错误，按修复它的步骤排列" if zh else \
+        "Every error this folder's runs reproduce, by the step that fixes it"
+    bullets = "\n".join(_bullets(folder, [str(n) for n in numbers], zh))
+    # reference, as ERRORS.md is: folded, so the page's prose stays within its word budget
+    cog.outl(f"\n<details>\n<summary>{summary}</summary>\n\n{lead}\n\n{bullets}\n\n</details>\n")
 
 
 PLACE = re.compile(r"\{([a-z0-9_]+) (\d+)(?:\.(\d+))?\}")
