@@ -127,18 +127,19 @@ def test_the_per_element_check_catches_what_the_largest_output_allowance_lets_th
 
 def test_dynamo_false_without_opset_version_writes_what_rknn_refuses(run, tmp_path):
     """On torch >= 2.9 a plain dynamo=False export writes opset 20 too, which load_onnx refuses."""
-    export = """
-import torch
-from torch.onnx import register_custom_op_symbolic
-from torch.onnx.symbolic_helper import parse_args
-@parse_args("v", "f", "f")
-def threshold_symbolic(g, x, threshold, value):
-    out = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
-    out.setType(x.type())
-    return out
-register_custom_op_symbolic("aten::threshold", threshold_symbolic, 12)
-torch.onnx.export(torch.nn.Threshold(0.1, 20.0).eval(), (torch.randn(1, 3, 10, 10),), "plain.onnx", dynamo=False)
-"""
+    import pages
+
+    code = pages.regions(ROOT / NAME / "test.py")["threshold_symbolic"]  # as step 3 shows it
+    register = next(line for line in code.splitlines() if '"aten::threshold"' in line)
+    export = "\n".join([
+        "import torch",
+        "from torch.onnx import register_custom_op_symbolic",
+        "from torch.onnx.symbolic_helper import parse_args",
+        code.split("\n\n")[0],  # the page's threshold_symbolic
+        register,
+        "model, x = torch.nn.Threshold(0.1, 20.0).eval(), torch.randn(1, 3, 10, 10)",
+        'torch.onnx.export(model, (x,), "plain.onnx", dynamo=False)',
+    ])
     proc = subprocess.run([sys.executable, "-c", export], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     opsets = {o.domain: o.version for o in onnx.load(tmp_path / "plain.onnx").opset_import}
