@@ -192,7 +192,6 @@ OPENING_WORDS = 250  # before `## 1.`: the error it fixes, the way out, how to r
 # fails while one is listed but no longer needed.
 WIDE_LINES = {
     "deploy_openvino/README.md": 1,
-    "register_onnx_symbolic/README.md": 1,
 }
 
 

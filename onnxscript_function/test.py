@@ -67,36 +67,38 @@ def SphericalBesselJ0(x: FLOAT) -> FLOAT:
 @harness.needs_torch("2.6", harness.TABLE)
 def step1_dynamo_translation():
     """dynamo=True: the function in custom_translation_table"""
-    # region step1
+    # region j0_model_input
     model = J0().eval()
     x = torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4  # -12 to 11.75, and 0
     # endregion
 
-    # region step1-2
+    # region j0_no_translation
     with expect_error("No ONNX function found for <OpOverload(op='prims.spherical_bessel_j0'"):
         torch.onnx.export(model, (x,), dynamo=True, verbose=False)
     # endregion
 
-    # region step1-3
+    # region j0_dynamo_translations
     for translation, path in [
         (j0_translation, "j0_dynamo_plain.onnx"),
         (SphericalBesselJ0, "j0_dynamo_script.onnx"),
     ]:
         table = {torch.ops.aten.special_spherical_bessel_j0.default: translation}
-        onnx_program = torch.onnx.export(
+        program = torch.onnx.export(
             model, (x,), dynamo=True, verbose=False, custom_translation_table=table
         )
-        assert_onnx_program(onnx_program, rtol=1e-6, atol=0)  # ONNX Runtime vs PyTorch
-        onnx_program.save(path)
+        assert_onnx_program(program, rtol=1e-6, atol=0)  # ONNX Runtime vs PyTorch
+        program.save(path)
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: matches PyTorch; inlined: {' '.join(ops)}")
     # endregion
 
+    expected = ["Sin", "Div", "IsInf", "Where", "Equal", "Where"]
+    if harness.TORCH < (2, 7):  # 2.6: export(optimize=False) by default, torch/onnx/__init__.py
+        # each Python float in the translation stays a Constant and a CastLike
+        expected = ["Constant", "CastLike", *expected[:5], "Constant", "CastLike", "Where"]
+    for path in KEPT[1]:
         written = harness.show(path)
-        expected = ["Sin", "Div", "IsInf", "Where", "Equal", "Where"]
-        if harness.TORCH < (2, 7):  # 2.6: export(optimize=False) by default, torch/onnx/__init__.py
-            # each Python float in the translation stays a Constant and a CastLike
-            expected = ["Constant", "CastLike", *expected[:5], "Constant", "CastLike", "Where"]
+        ops = [node.op_type for node in written.graph.node]
         assert ops == expected, f"{path}: {ops}"
         assert not written.functions
         assert harness.opsets_of(written)[""] == (18 if harness.TORCH < (2, 9) else 20)
@@ -131,7 +133,7 @@ def step2_script_needs_return_type():
 
     logged = "Expected meta_vals to be a sequence, but got FakeTensor(..., size=(2, 3, 16))."
     with harness.quiet(logged):  # the exporter logs it before it fails
-        # region step2
+        # region unannotated_translation_fails
         unannotated = SphericalBesselJ0Unannotated
         table = {torch.ops.aten.special_spherical_bessel_j0.default: unannotated}
         with expect_error("The number of values and replacements must match"):
@@ -153,6 +155,17 @@ def j0_symbolic(g, x):
 # endregion
 
 
+def need_onnxscript_op() -> None:
+    """Steps 3 to 6 write their functions with g.onnxscript_op, which came with torch 2.0; torch
+    2.0's reads the function's `opname`, which onnxscript 0.7 calls `name` (torch 2.1 reads that)."""
+    if harness.TORCH < (2, 0):
+        raise harness.NeedsTorch("2.0", "the symbolic's g.onnxscript_op came with torch 2.0")
+    if harness.TORCH < (2, 1):
+        raise harness.NeedsTorch(
+            "2.1", "torch 2.0's g.onnxscript_op reads OnnxFunction.opname; onnxscript 0.7 has .name"
+        )
+
+
 def step3_torchscript_function():
     """dynamo=False: the same function, kept as a function in the model"""
     need_onnxscript_op()
@@ -160,7 +173,7 @@ def step3_torchscript_function():
     x = torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4
 
     with harness.quiet():  # the exporter's 'Torch IR graph at exception' dump
-        # region step3
+        # region j0_unsupported_torchscript
         os.makedirs("failures", exist_ok=True)  # for the failure demonstrations
         unsupported = "Exporting the operator 'aten::special_spherical_bessel_j0' to ONNX opset"
         with expect_error(unsupported):
@@ -170,7 +183,7 @@ def step3_torchscript_function():
         # endregion
     assert not os.path.exists("failures/j0_plain.onnx")
 
-    # region step3-2
+    # region j0_function_export
     register_custom_op_symbolic("aten::special_spherical_bessel_j0", j0_symbolic, 18)
     torch.onnx.export(
         model, (x,), "j0_function.onnx", dynamo=False, opset_version=18, input_names=["x"],
@@ -179,7 +192,7 @@ def step3_torchscript_function():
     # endregion
     harness.show("j0_function.onnx")
 
-    # region step3-3
+    # region j0_function_run
     (call,) = onnx.load("j0_function.onnx").graph.node
     print(f"  the graph calls {call.domain}.{call.op_type}")
     (actual,) = run_ort("j0_function.onnx", {"x": x.numpy()})
@@ -194,16 +207,23 @@ def step3_torchscript_function():
 # ---------------------------------------------------------------------------------------------
 
 # region Selu
-# Written against opset 15, the first with CastLike. The constants are torch.nn.SELU's in full
-# (the 1.67326 and 1.0507 of PyTorch's docs are off by up to 2e-6 relative).
-@onnxscript.script(custom_onnx_script)
-def Selu(X):
-    alpha = opset15.CastLike(1.6732632423543772, X)
-    gamma = opset15.CastLike(1.0507009873554805, X)
-    zero = opset15.CastLike(0.0, X)
-    negative = gamma * (alpha * opset15.Exp(X) - alpha)
-    positive = gamma * X
-    return opset15.Where(X <= zero, negative, positive)
+# The body once, written against the opset `op` (step 5 builds it against another). The
+# constants are torch.nn.SELU's in full (the 1.67326 and 1.0507 of PyTorch's docs are off by up
+# to 2e-6 relative).
+def selu_function(op):
+    @onnxscript.script(custom_onnx_script)
+    def Selu(X):
+        alpha = op.CastLike(1.6732632423543772, X)
+        gamma = op.CastLike(1.0507009873554805, X)
+        zero = op.CastLike(0.0, X)
+        negative = gamma * (alpha * op.Exp(X) - alpha)
+        positive = gamma * X
+        return op.Where(X <= zero, negative, positive)
+
+    return Selu
+
+
+Selu = selu_function(opset15)  # opset 15: the first with CastLike
 
 
 def selu_symbolic(g, x):
@@ -215,12 +235,12 @@ def selu_symbolic(g, x):
 def step4_selu_function():
     """dynamo=False: Selu, the source material's example"""
     need_onnxscript_op()
-    # region step4
+    # region selu_model_input
     model = torch.nn.SELU().eval()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
     # endregion
 
-    # region step4-2
+    # region selu_function_export
     register_custom_op_symbolic("aten::selu", selu_symbolic, 15)
     torch.onnx.export(
         model, (x,), "selu_function.onnx", dynamo=False, opset_version=15, output_names=["y"],
@@ -229,7 +249,7 @@ def step4_selu_function():
     # endregion
     harness.show("selu_function.onnx")
 
-    # region step4-3
+    # region selu_function_run
     selu_model = onnx.load("selu_function.onnx")
     (call,) = selu_model.graph.node
     (function,) = selu_model.functions
@@ -243,7 +263,7 @@ def step4_selu_function():
     assert (function.domain, function.name) == ("custom-onnx-script", "Selu")
     assert harness.opsets_of(function) == {"": 15}  # the model's opset
 
-    # region step4-4
+    # region selu_function_inlined
     # For a runtime without model-local functions: the same model, each call replaced by its body
     inlined = onnx.inliner.inline_local_functions(onnx.load("selu_function.onnx"))
     onnx.save(inlined, "selu_function_inlined.onnx")
@@ -263,14 +283,7 @@ def step4_selu_function():
 
 # region SeluOpset14
 # PyTorch's docs write it against opset15; the source material used opset14, without CastLike.
-@onnxscript.script(custom_onnx_script)
-def SeluOpset14(X):
-    alpha = opset14.CastLike(1.67326, X)
-    gamma = opset14.CastLike(1.0507, X)
-    zero = opset14.CastLike(0, X)
-    negative = gamma * (alpha * opset14.Exp(X) - alpha)
-    positive = gamma * X
-    return opset14.Where(X <= zero, negative, positive)
+SeluOpset14 = selu_function(opset14)
 
 
 def selu_opset14_symbolic(g, x):
@@ -285,7 +298,7 @@ def step5_opsets_must_agree():
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)
 
     os.makedirs("failures", exist_ok=True)  # step 3 made it on the page
-    # region step5
+    # region selu_opset14_fails
     register_custom_op_symbolic("aten::selu", selu_opset14_symbolic, 14)
     torch.onnx.export(
         model, (x,), "failures/selu_function_opset14.onnx", dynamo=False, opset_version=14,
@@ -303,7 +316,7 @@ def step5_opsets_must_agree():
             export_opset15_function_at_opset17(model, x)
     else:
         export_opset15_function_at_opset17(model, x)
-    # region step5-3
+    # region selu_opset17_checker_fails
     with expect_error("FunctionOp imports version 15 whereas model imports version 17"):
         model_17 = onnx.load("failures/selu_function_in_opset17_model.onnx")
         onnx.checker.check_model(model_17, full_check=True)
@@ -311,7 +324,7 @@ def step5_opsets_must_agree():
 
     exporter_log: list[str] = []
     with harness.captured(exporter_log):  # the C++ exporter's warning, checked below
-        # region step5-4
+        # region selu_registered_above_export_opset
         # Registered at 15, exported at 14: the symbolic does not apply below its opset.
         torch.onnx.export(
             model, (x,), "failures/selu_registered_above_export_opset.onnx", dynamo=False,
@@ -322,7 +335,7 @@ def step5_opsets_must_agree():
     assert warning in exporter_log[0], exporter_log[0]
     print(f"  the exporter only warned: {warning}")
 
-    # region step5-5
+    # region selu_symbolic_skipped
     skipped = onnx.load("failures/selu_registered_above_export_opset.onnx")
     ops = [(node.domain, node.op_type) for node in skipped.graph.node]
     print(f"  the symbolic was skipped: the graph holds {ops}, {len(skipped.functions)} functions")
@@ -332,7 +345,7 @@ def step5_opsets_must_agree():
 
 
 def export_opset15_function_at_opset17(model, x):
-    # region step5-2
+    # region selu_function_in_opset17_model
     # Step 4's registration (from opset 15 up) applies: an opset-15 function, an opset-17 model.
     torch.onnx.export(
         model, (x,), "failures/selu_function_in_opset17_model.onnx", dynamo=False,
@@ -370,7 +383,7 @@ def step6_function_with_attributes():
     need_onnxscript_op()
     x = torch.linspace(-6.0, 6.0, steps=96).reshape(2, 3, 16)  # step 4's input
 
-    # region step6
+    # region threshold_function_export
     threshold_model = torch.nn.Threshold(0.1, 20).eval()
     register_custom_op_symbolic("aten::threshold", threshold_symbolic, 15)
     torch.onnx.export(
@@ -380,7 +393,7 @@ def step6_function_with_attributes():
     # endregion
     harness.show("threshold_function.onnx")
 
-    # region step6-2
+    # region threshold_function_run
     (call,) = onnx.load("threshold_function.onnx").graph.node
     attributes = {a.name: round(a.f, 6) for a in call.attribute}
     print(f"  the graph calls {call.domain}.{call.op_type} with {attributes}")
@@ -420,16 +433,17 @@ UNIT = {torch.float16: (2**-10, 2**-24), torch.bfloat16: (2**-7, 2**-133)}
 def step7_half_precision():
     """A float16 or bfloat16 model: the function computed in float32, between Casts"""
     os.makedirs("failures", exist_ok=True)  # step 3 made it on the page
-    # region step7
+    # region j0_bfloat16_fails
     model = J0().eval()
     x = (torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4).to(torch.bfloat16)  # step 1's x
     with expect_error("\"spherical_bessel_j0_cpu\" not implemented for 'BFloat16'"):
         model(x)  # no half kernel in PyTorch: the reference is its float32 result, rounded
     table = {torch.ops.aten.special_spherical_bessel_j0.default: SphericalBesselJ0}  # x: FLOAT
     path = "failures/j0_bf16_dynamo.onnx"
-    torch.onnx.export(
-        model, (x,), path, dynamo=True, verbose=False, custom_translation_table=table
+    program = torch.onnx.export(
+        model, (x,), dynamo=True, verbose=False, custom_translation_table=table
     )
+    program.save(path)
     ops = " ".join(node.op_type for node in onnx.load(path).graph.node)
     print(f"  {path}: exported, {ops} on bfloat16")
     with expect_error("Type 'tensor(bfloat16)' of input parameter (x) of operator (Sin)"):
@@ -439,15 +453,16 @@ def step7_half_precision():
     # endregion
     assert onnx.load(path).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
 
-    # region step7-2
+    # region j0_half_between_casts
     table = {torch.ops.aten.special_spherical_bessel_j0.default: j0_cast_translation}
     paths = {torch.float16: "j0_float16_dynamo.onnx", torch.bfloat16: "j0_bfloat16_dynamo.onnx"}
     for dtype, path in paths.items():
         x = (torch.arange(-48.0, 48.0).reshape(2, 3, 16) / 4).to(dtype)
         name = str(dtype)[6:]  # float16, bfloat16
-        torch.onnx.export(
-            model, (x,), path, dynamo=True, verbose=False, custom_translation_table=table
+        program = torch.onnx.export(
+            model, (x,), dynamo=True, verbose=False, custom_translation_table=table
         )
+        program.save(path)
         onnx.checker.check_model(path, full_check=True)
         (actual,) = run_ort_torch(path, [x])
         expected = model(x.float()).to(dtype)  # PyTorch's float32 result, rounded once
@@ -465,7 +480,7 @@ def step7_half_precision():
         assert exported.graph.input[0].type.tensor_type.elem_type == elem_type[dtype]
         assert exported.graph.output[0].type.tensor_type.elem_type == elem_type[dtype]
 
-    # region step7-3
+    # region selu_half_between_casts
     model = torch.nn.SELU().eval()
     register_custom_op_symbolic("aten::selu", selu_cast_symbolic, 15)
     for dtype in (torch.float16, torch.bfloat16):
@@ -561,19 +576,9 @@ CAUSES = {
     ),
 }
 
+
 def main(argv: list[str] | None = None) -> int:
     return harness.run(__file__, globals(), kept=KEPT, failures=FAILURES, causes=CAUSES, argv=argv)
-
-
-def need_onnxscript_op() -> None:
-    """Steps 3 to 6 write their functions with g.onnxscript_op, which came with torch 2.0; torch
-    2.0's reads the function's `opname`, which onnxscript 0.7 calls `name` (torch 2.1 reads that)."""
-    if harness.TORCH < (2, 0):
-        raise harness.NeedsTorch("2.0", "the symbolic's g.onnxscript_op came with torch 2.0")
-    if harness.TORCH < (2, 1):
-        raise harness.NeedsTorch(
-            "2.1", "torch 2.0's g.onnxscript_op reads OnnxFunction.opname; onnxscript 0.7 has .name"
-        )
 
 
 if __name__ == "__main__":

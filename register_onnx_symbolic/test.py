@@ -85,7 +85,7 @@ def deform_conv_inputs():
 @harness.needs_torch("2.6", NEEDS_2_6)
 def step1_dynamo_as_they_are():
     """dynamo=True: Threshold, asinh and deform_conv2d export as they are"""
-    # region step1
+    # region dynamo_as_they_are
     # Nothing registered is needed: torch.export and torchlib handle all three ops.
     x, deform_inputs = torch.randn(1, 3, 10, 10), deform_conv_inputs()
     deform_model = DeformConvModel().eval()
@@ -96,9 +96,8 @@ def step1_dynamo_as_they_are():
         (deform_model, deform_inputs, "deform_conv2d_dynamo.onnx", 0.0, deform_atol),
     ]:
         # opset 20, the default from torch 2.9 (2.8 writes 18, where ONNX has no DeformConv)
-        program = torch.onnx.export(
-            model, inputs, path, dynamo=True, verbose=False, external_data=False, opset_version=20
-        )
+        program = torch.onnx.export(model, inputs, dynamo=True, verbose=False, opset_version=20)
+        program.save(path, external_data=False)
         assert_onnx_program(program, rtol=rtol, atol=atol)  # ONNX Runtime against PyTorch
         ops = [node.op_type for node in onnx.load(path).graph.node]
         print(f"  {path}: {ops}, matches PyTorch")
@@ -123,15 +122,39 @@ def threshold_translation(x, threshold: float, value: float):
 # endregion
 
 
-# threshold_schema and cst_threshold: lesson_code.py's region threshold_schema, on the page here
-# region threshold_local_schema
-def threshold_local_schema(x, threshold: float, value: float):
-    return cst_threshold(x, threshold=threshold, value=value)
-
-
-# The same as an @onnxscript.script function: annotate its return type (-> FLOAT)
+# region threshold_script
+# No schema needed: an @onnxscript.script function, its tensors annotated (x: FLOAT, -> FLOAT)
 @onnxscript.script(rknn_cst)
 def threshold_script(x: FLOAT, threshold: float, value: float) -> FLOAT:
+    return rknn_cst.cstThreshold(x, threshold=threshold, value=value)
+# endregion
+
+
+# region export_threshold
+def export_threshold(model, x, translation, path):
+    table = {torch.ops.aten.threshold.default: translation}
+    program = torch.onnx.export(
+        model, (x,), dynamo=True, verbose=False, custom_translation_table=table
+    )
+    program.save(path, external_data=False)
+    return program
+
+
+def show_and_run(program, path):
+    (node,) = onnx.load(path).graph.node
+    attributes = sorted(onnx.helper.printable_attribute(a) for a in node.attribute)
+    print(f"  {path}: one {node.domain}.{node.op_type} node, {attributes}")
+    if onnx_op is not None:  # the Python stand-in kernel runs the node
+        program.initialize_inference_session(ortx_session)
+        assert_onnx_program(program, rtol=0, atol=0)
+        print(f"  {path}: matches PyTorch")
+# endregion
+
+
+# threshold_schema and cst_threshold: lesson_code.py's region threshold_schema, on the page here
+# region threshold_local_schema
+# A plain function (no @onnxscript.script, no annotations) calls the op through its schema
+def threshold_local_schema(x, threshold: float, value: float):
     return cst_threshold(x, threshold=threshold, value=value)
 # endregion
 
@@ -149,39 +172,30 @@ def same_type_and_shape(ctx):
 @harness.needs_torch("2.6", NEEDS_2_6)
 def step2_dynamo_custom_node():
     """dynamo=True: Threshold as one custom node, through a local schema"""
-    # region step2
+    # region threshold_no_schema_error
     model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
     table = {torch.ops.aten.threshold.default: threshold_translation}
     with expect_error("No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'"):
         torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
     # endregion
 
-    # region step2-2
-    for translation, path in [
-        (threshold_local_schema, "threshold_custom_dynamo.onnx"),
-        (threshold_script, "threshold_custom_dynamo_script.onnx"),
-    ]:
-        table = {torch.ops.aten.threshold.default: translation}
-        program = torch.onnx.export(
-            model, (x,), path, dynamo=True, verbose=False, external_data=False,
-            custom_translation_table=table,
-        )
-        (node,) = onnx.load(path).graph.node
-        attributes = sorted(onnx.helper.printable_attribute(a) for a in node.attribute)
-        print(f"  {path}: one {node.domain}.{node.op_type} node, {attributes}")
-        if onnx_op is not None:  # the Python stand-in kernel runs the node
-            program.initialize_inference_session(ortx_session)
-            assert_onnx_program(program, rtol=0, atol=0)
-            print(f"  {path}: matches PyTorch")
+    # region threshold_script_export
+    path = "threshold_custom_dynamo_script.onnx"
+    show_and_run(export_threshold(model, x, threshold_script, path), path)
+    # endregion
+    print("  onnx.defs knows cstThreshold:", onnx.defs.has("cstThreshold", "rknn_cst"))
+    assert not onnx.defs.has("cstThreshold", "rknn_cst")
+
+    # region threshold_local_schema_export
+    path = "threshold_custom_dynamo.onnx"
+    show_and_run(export_threshold(model, x, threshold_local_schema, path), path)
     # endregion
     for path in ("threshold_custom_dynamo.onnx", "threshold_custom_dynamo_script.onnx"):
         exported = harness.show(path)
         assert harness.opsets_of(exported).get("rknn_cst") == 1, harness.opsets_of(exported)
         assert harness.output_dims(exported) == [1, 3, 10, 10]  # typed by the exporter
-    print("  onnx.defs knows cstThreshold:", onnx.defs.has("cstThreshold", "rknn_cst"))
-    assert not onnx.defs.has("cstThreshold", "rknn_cst")
 
-    # region step2-3
+    # region global_schema_shape_inference
     shapeless = onnx.load("threshold_custom_dynamo.onnx")
     shapeless.graph.output[0].type.tensor_type.ClearField("shape")  # as another tool may meet it
     inferred = onnx.shape_inference.infer_shapes(shapeless, strict_mode=True)
@@ -244,7 +258,7 @@ def cholesky_ex_translation(self, upper: bool = False, check_errors: bool = Fals
 @harness.needs_torch("2.6", NEEDS_2_6)
 def step3_decompositions():
     """dynamo=True: the error names an op the model never calls"""
-    # region step3
+    # region cholesky_error
     torch.manual_seed(0)
     x = torch.randn(2, 4, 4)
     a = x @ x.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
@@ -253,7 +267,7 @@ def step3_decompositions():
         torch.onnx.export(model, (a,), dynamo=True, verbose=False)
     # endregion
 
-    # region step3-2
+    # region explicit_capture
     # Explicit capture: torch.export's own errors surface here, and its graphs can be read.
     ep = torch.export.export(model, (a,), strict=False)
     calls = [str(node.target) for node in ep.graph.nodes if node.op == "call_function"]
@@ -281,18 +295,16 @@ def step3_decompositions():
         keyed_on_the_decomposed_op(ep, a)
     else:
         assert "with_effects" in after, after  # the error check, effectful (pytorch#184111)
-        # region step3-3
+        # region cholesky_ex_key_error
         table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
         with expect_error("OpOverload(op='aten._linalg_check_errors'"):
             torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
         # endregion
 
-    # region step3-4
+    # region cholesky_export
     table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
-    program = torch.onnx.export(
-        ep, (), "cholesky_dynamo.onnx", dynamo=True, verbose=False, external_data=False,
-        custom_translation_table=table,
-    )
+    program = torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
+    program.save("cholesky_dynamo.onnx", external_data=False)
     # strategy=None: you captured the program yourself, there is no capture strategy to check
     assert_onnx_program(program, rtol=1e-5, atol=1e-5, strategy=None)
     ops = sorted({node.op_type for node in onnx.load("cholesky_dynamo.onnx").graph.node})
@@ -346,7 +358,7 @@ def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
 @harness.needs_torch("2.6", NEEDS_2_6)
 def step4_dynamo_contrib_op():
     """dynamo=True: com.microsoft::CDist, a node ONNX Runtime implements itself"""
-    # region step4
+    # region cdist_error
     torch.manual_seed(0)
     model, x1, x2 = CDistModel().eval(), torch.randn(5, 3), torch.randn(7, 3)
     with expect_error("No ONNX function found for <OpOverload(op='aten._cdist_forward'"):
@@ -357,12 +369,12 @@ def step4_dynamo_contrib_op():
     # module: the supported route is ContribOperators.md).
     check_against_onnxruntime(cdist_schema)
 
-    # region step4-2
+    # region cdist_contrib_export
     table = {torch.ops.aten.cdist.default: cdist_translation}
     program = torch.onnx.export(
-        model, (x1, x2), "cdist_contrib_dynamo.onnx", dynamo=True, verbose=False,
-        external_data=False, custom_translation_table=table,
+        model, (x1, x2), dynamo=True, verbose=False, custom_translation_table=table
     )
+    program.save("cdist_contrib_dynamo.onnx", external_data=False)
     assert_onnx_program(program, rtol=0, atol=round(cdist_tolerance(x1, x2), 6))  # plain ORT
     (node,) = onnx.load("cdist_contrib_dynamo.onnx").graph.node
     attributes = [onnx.helper.printable_attribute(a) for a in node.attribute]
@@ -436,7 +448,7 @@ class cstThreshold(OpRun):
 def step5_custom_domain_node():
     """dynamo=False: Threshold as one custom-domain node"""
     with harness.quiet(*IR_DUMP):  # the exporter dumps the TorchScript graph before it raises
-        # region step5
+        # region threshold_builtin_error
         os.makedirs("failures", exist_ok=True)  # the models that show a failure go here
         torch.manual_seed(0)
         model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
@@ -447,7 +459,7 @@ def step5_custom_domain_node():
         # endregion
 
     with harness.quiet() as warned:  # the exporter's shape-inference warnings, counted below
-        # region step5-2
+        # region threshold_three_styles
         for symbolic, path in [
             (threshold_no_attributes, "failures/threshold_no_attributes.onnx"),
             (threshold_float_list, "failures/threshold_float_list.onnx"),
@@ -475,7 +487,7 @@ def step5_custom_domain_node():
         assert len(dims) == 4 and all(isinstance(d, str) for d in dims), dims  # sizes made up
 
     with harness.quiet(*IR_DUMP):
-        # region step5-3
+        # region wrong_suffix_error
         register_custom_op_symbolic("aten::threshold", threshold_wrong_suffix, 12)
         with expect_error("Invalid attribute specifier 'param_fs'"):
             torch.onnx.export(
@@ -484,7 +496,7 @@ def step5_custom_domain_node():
         # endregion
 
     with harness.quiet() as warned:
-        # region step5-4
+        # region threshold_typed_export
         register_custom_op_symbolic("aten::threshold", threshold_typed, 12)
         torch.onnx.export(
             model, (x,), "threshold_custom.onnx", dynamo=False, opset_version=12,
@@ -503,7 +515,7 @@ def step5_custom_domain_node():
         assert "shape inference" not in warned[0], warned[0]  # setType: no warning, real sizes
         print("  with setType the exporter printed no shape-inference warning")
 
-    # region step5-5
+    # region threshold_runs
     evaluator = ReferenceEvaluator("failures/threshold_float_list.onnx", new_ops=[cstThreshold])
     (actual,) = evaluator.run(None, {"input": x.numpy()})
     np.testing.assert_array_equal(actual, model(x).numpy())  # a selection, no arithmetic: exact
@@ -530,7 +542,7 @@ def step6_source_call():
     """The call without dynamo=: the symbolic silently ignored"""
     logged: list[str] = []
     with harness.captured(logged):  # progress lines, a warning, a logged traceback: checked below
-        # region step6
+        # region source_call
         register_custom_op_symbolic("aten::threshold", threshold_typed, 12)  # step 5's symbolic
         model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
         program = torch.onnx.export(
@@ -551,7 +563,7 @@ def step6_source_call():
     print("  logged: 'Failed to convert the model to the target version 12 ...'")
     print("    (a traceback ending in 'No Adapter From Version $13 for Cast'); no error")
 
-    # region step6-2
+    # region source_call_file
     written = onnx.load("threshold_source_as_written.onnx")
     ops = [node.op_type for node in written.graph.node]
     opset = {o.domain: o.version for o in written.opset_import}[""]
@@ -585,7 +597,7 @@ def threshold_standard_ops(g, x, threshold, value):
 
 def step7_standard_ops():
     """dynamo=False: Threshold with standard ops only"""
-    # region step7
+    # region threshold_standard_export
     register_custom_op_symbolic("aten::threshold", threshold_standard_ops, 12)  # replaces step 5's
     model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
     torch.onnx.export(model, (x,), "threshold_standard.onnx", dynamo=False, opset_version=12)
@@ -620,7 +632,7 @@ def elu_from_primitives(g, x, alpha, scale, input_scale):
 
 def step8_override_builtin():
     """dynamo=False: override aten::elu's own rule"""
-    # region step8
+    # region elu_override
     model, x = torch.nn.ELU(alpha=0.5).eval(), torch.randn(2, 3, 8)
     torch.onnx.export(
         model, (x,), "elu_builtin.onnx", dynamo=False, opset_version=12, output_names=["y"]
@@ -652,7 +664,7 @@ def asinh_symbolic(g, x):
 def step9_asinh():
     """dynamo=False: aten::asinh at opset 9"""
     with harness.quiet(*IR_DUMP):
-        # region step9
+        # region asinh_error
         model, x = AsinhModel().eval(), torch.randn(2, 3) * 4
         for opset in (9, 17):
             with expect_error(f"operator 'aten::asinh' to ONNX opset version {opset}"):
@@ -661,7 +673,7 @@ def step9_asinh():
                 )
         # endregion
 
-    # region step9-2
+    # region asinh_symbolic_export
     register_custom_op_symbolic("aten::asinh", asinh_symbolic, 9)
     for opset, path in [(9, "asinh_opset9.onnx"), (17, "asinh_opset17.onnx")]:
         torch.onnx.export(model, (x,), path, dynamo=False, opset_version=opset, input_names=["x"])
@@ -679,7 +691,7 @@ def step9_asinh():
 
 def step10_operator_export_type():
     """dynamo=False: torchvision::deform_conv2d with nothing registered"""
-    # region step10
+    # region deform_conv_setup
     model, inputs = DeformConvModel().eval(), deform_conv_inputs()
     names = ["x", "offset", "weight", "bias", "mask"]
     # endregion
@@ -691,7 +703,7 @@ def step10_operator_export_type():
                     model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19
                 )
         else:
-            # region step10-2
+            # region deform_conv_error
             with expect_error("unrecognized namespace torchvision::deform_conv2d"):
                 torch.onnx.export(
                     model, inputs, "failures/deform_conv2d.onnx", dynamo=False, opset_version=19
@@ -703,7 +715,7 @@ def step10_operator_export_type():
     # DeprecationWarning, which it does not
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Setting `operator_export_type` to something")
-        # region step10-3
+        # region export_type_fallbacks
         modes = torch.onnx.OperatorExportTypes
         for mode, path in [
             (modes.ONNX_FALLTHROUGH, "failures/deform_conv2d_fallthrough.onnx"),
@@ -747,7 +759,7 @@ def step11_deform_conv2d():
     # step's export of the op would use it.
     # The exporter warns from C++ that it has no shape for the placeholder's made-up op.
     with harness.quiet("The shape inference of custom::deform_conv2d type is missing"):
-        # region step11
+        # region deform_conv_placeholder_run
         model, inputs = DeformConvModel().eval(), deform_conv_inputs()
         names = ["x", "offset", "weight", "bias", "mask"]
         feeds = {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)}
@@ -762,7 +774,7 @@ def step11_deform_conv2d():
     assert kept == ["x", "offset", "weight"], kept
     harness.show("failures/deform_conv2d_placeholder.onnx")
 
-    # region step11-2
+    # region deform_conv2d_export
     register_custom_op_symbolic("torchvision::deform_conv2d", deform_conv2d_symbolic, 19)
     torch.onnx.export(
         model, inputs, "deform_conv2d.onnx", dynamo=False, opset_version=19, input_names=names
@@ -793,7 +805,7 @@ def cdist_contrib(g, x1, x2, p, compute_mode):
 
 def step12_contrib_symbolic():
     """dynamo=False: com.microsoft::CDist from a symbolic"""
-    # region step12
+    # region cdist_symbolic_export
     torch.manual_seed(0)
     model, x1, x2 = CDistModel().eval(), torch.randn(5, 3), torch.randn(7, 3)
     names = ["x1", "x2"]
@@ -839,14 +851,10 @@ def threshold_cast_translation(x, threshold: float, value: float):
 @harness.needs_torch("2.6", NEEDS_2_6)
 def step13_dynamo_half_precision():
     """dynamo=True: a float16 or bfloat16 model, the node between Casts"""
-    # region step13
+    # region bfloat16_node_error
     model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10).to(torch.bfloat16)
-    table = {torch.ops.aten.threshold.default: threshold_local_schema}  # step 2's: T = float
     path = "failures/threshold_bf16_dynamo.onnx"
-    torch.onnx.export(
-        model, (x,), path, dynamo=True, verbose=False, external_data=False,
-        custom_translation_table=table,
-    )
+    export_threshold(model, x, threshold_local_schema, path)  # step 2's: the schema's T = float
     (node,) = onnx.load(path).graph.node
     print(f"  {path}: exported, {node.op_type} on bfloat16 (schema: float)")
     if onnx_op is not None:
@@ -858,22 +866,19 @@ def step13_dynamo_half_precision():
     if onnx_op is not None:
         bfloat16_kernel_aborts()
 
-    # region step13-2
-    table = {torch.ops.aten.threshold.default: threshold_cast_translation}
+    # region half_precision_dynamo
     for dtype in (torch.float16, torch.bfloat16):
         x = torch.randn(1, 3, 10, 10).to(dtype)
         x[0, 0, 0, 0] = 0.1  # 0.09998 in float16, 0.1001 in bfloat16: one each side of 0.1
         path = f"threshold_{str(dtype)[6:]}_dynamo.onnx"
-        torch.onnx.export(
-            model, (x,), path, dynamo=True, verbose=False, external_data=False,
-            custom_translation_table=table,
-        )
+        export_threshold(model, x, threshold_cast_translation, path)  # step 2's
         check_with_schemas(path, threshold_schema)
         print(f"  {path}: {[n.op_type for n in onnx.load(path).graph.node]}, full check passed")
         if onnx_op is not None:
             if dtype == torch.bfloat16:  # session.run takes numpy arrays: none is bfloat16
                 with expect_error("Numpy_type 256 can't be converted to MLDataType"):
-                    run_ort(path, {"x": x.float().numpy().astype(ml_dtypes.bfloat16)}, ortx_options())
+                    x_numpy = x.float().numpy().astype(ml_dtypes.bfloat16)
+                    run_ort(path, {"x": x_numpy}, ortx_options())
             (actual,) = run_ort_torch(path, [x], ortx_options())
             assert actual.dtype == dtype and torch.equal(actual, model(x))  # a selection: exact
             print(f"  {path}: {actual.dtype} out, equal to PyTorch's")
@@ -903,7 +908,7 @@ def threshold_cast_symbolic(g, x, threshold, value):  # step 13's Casts, for dyn
                      "\"threshold_cpu\" not implemented for 'Half'): no reference to compare with")
 def step14_torchscript_half_precision():
     """dynamo=False: a float16 or bfloat16 model, the node between Casts"""
-    # region step14
+    # region half_precision_torchscript
     model = ThresholdModel().eval()
     register_custom_op_symbolic("aten::threshold", threshold_cast_symbolic, 15)
     for dtype in (torch.float16, torch.bfloat16):
@@ -1046,10 +1051,10 @@ def source_call_before_2_9(x):
 def default_opset_before_2_9():
     """Step 1 before torch 2.9: dynamo=True's default opset is 18, where ONNX has no DeformConv."""
     path = "failures/deform_conv2d_dynamo_opset18.onnx"
-    torch.onnx.export(
-        DeformConvModel().eval(), deform_conv_inputs(), path, dynamo=True, verbose=False,
-        external_data=False,
+    program = torch.onnx.export(
+        DeformConvModel().eval(), deform_conv_inputs(), dynamo=True, verbose=False
     )
+    program.save(path, external_data=False)
     print(f"  {path}: DeformConv at opset 18, the default here; the checker refuses it:")
     with expect_error("No Op registered for DeformConv with domain_version of 18"):
         onnx.checker.check_model(onnx.load(path), full_check=True)
@@ -1060,10 +1065,8 @@ def keyed_on_the_decomposed_op(ep, a):
     linalg_cholesky_ex exports (the same graph as the fix); kept under failures/."""
     table = {torch.ops.aten.linalg_cholesky_ex.default: cholesky_ex_translation}
     path = "failures/cholesky_ex_dynamo.onnx"
-    program = torch.onnx.export(
-        ep, (), path, dynamo=True, verbose=False, external_data=False,
-        custom_translation_table=table,
-    )
+    program = torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
+    program.save(path, external_data=False)
     assert_onnx_program(program, rtol=1e-5, atol=1e-5, strategy=None)
     harness.show(path)
     print(f"  {path}: keyed on the decomposed op, it exports here; torch 2.14 refuses that key")

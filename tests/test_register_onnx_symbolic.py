@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import onnx
 import onnxruntime as ort
+import onnxscript
 import pytest
 import torch
 from conftest import CHILD_ENV, ROOT, load_example, passed
@@ -610,3 +611,39 @@ def test_half_precision_failure_is_bfloat16_and_refused(run, example):
     assert onnx.load(str(path)).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
     with pytest.raises(Exception, match="Type 'tensor[(]bfloat16[)]' of input parameter"):
         ort.InferenceSession(str(path), ortx(), providers=["CPUExecutionProvider"])
+
+
+RKNN_CST = onnxscript.values.Opset("rknn_cst", 1)  # step 2's, at module level for onnxscript's converter
+
+
+def chained_messages(error):
+    messages = []
+    while error is not None:
+        messages.append(str(error))
+        error = error.__cause__
+    return "\n".join(messages)
+
+
+def test_step2_what_the_script_needs_and_the_schema_adds(example, tmp_path):
+    """Step 2: the annotated script needs no schema and gates no dtype (a bfloat16 model gets a bfloat16 node); without
+    its annotations it does not export; a plain function reaches the op only through the local schema."""
+    model = example.ThresholdModel().eval()
+    x = torch.randn(1, 3, 10, 10)
+    path = tmp_path / "bf16_script.onnx"
+    example.export_threshold(model, x.to(torch.bfloat16), example.threshold_script, str(path))
+    written = onnx.load(path)
+    assert [n.op_type for n in written.graph.node] == ["cstThreshold"]
+    assert written.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+    onnx.checker.check_model(written, full_check=True)  # no schema: the checker skips the node
+
+    @onnxscript.script(RKNN_CST)
+    def unannotated(x, threshold: float, value: float):
+        return RKNN_CST.cstThreshold(x, threshold=threshold, value=value)
+
+    table = {torch.ops.aten.threshold.default: unannotated}
+    with pytest.raises(Exception) as caught:  # noqa: B017 - the message is what is checked
+        torch.onnx.export(model, (x,), dynamo=True, verbose=False, custom_translation_table=table)
+    assert "The number of values and replacements must match" in chained_messages(caught.value)
+    with pytest.raises(Exception) as caught:  # noqa: B017 - the message is what is checked
+        example.export_threshold(model, x, example.threshold_translation, str(tmp_path / "plain.onnx"))
+    assert "No schema registered for 'cstThreshold'" in chained_messages(caught.value)
