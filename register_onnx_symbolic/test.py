@@ -171,7 +171,7 @@ def same_type_and_shape(ctx):
 
 @harness.needs_torch("2.6", NEEDS_2_6)
 def step2_dynamo_custom_node():
-    """dynamo=True: Threshold as one custom node, through a local schema"""
+    """dynamo=True: Threshold as one custom node, from an onnxscript translation"""
     # region threshold_no_schema_error
     model, x = ThresholdModel().eval(), torch.randn(1, 3, 10, 10)
     table = {torch.ops.aten.threshold.default: threshold_translation}
@@ -995,7 +995,8 @@ CAUSES = {
         "only from opset 19: pass `opset_version`"),
     "No schema registered for 'cstThreshold' version '1' and domain 'rknn_cst'": ("dynamo=True",
         "`Opset(domain, 1).Name` looks the op up in ONNX's schema registry, which has no custom "
-        "ops: call `onnxscript.values.Op(opset, name, schema)` with a local `OpSchema`"),
+        "ops: annotate an `@onnxscript.script` translation (`x: FLOAT`, `-> FLOAT`), or call "
+        "`onnxscript.values.Op(opset, name, schema)` with a local `OpSchema`"),
     "but it is already registered": ("onnx.defs",
         "`onnx.defs.register_schema` ran twice for one op in one process (a re-run cell, two "
         "libraries): keep the schema local, or `deregister_schema` first"),
