@@ -71,8 +71,9 @@ class Error:
         return f"{name}: {text}" if name else text
 
 
-def causes(folder: str) -> dict[str, tuple[str]]:
-    """FOLDER/test.py's CAUSES keys, each with what raises it, read without running test.py."""
+def causes(folder: str) -> dict[str, tuple[str, int | None]]:
+    """FOLDER/test.py's CAUSES keys, each with what raises it and the fixing step it names (None
+    where it names none), read without running test.py."""
     tree = ast.parse((ROOT / folder / "test.py").read_text(encoding="utf-8"))
     names = {  # a key may be a string constant of test.py's, named
         t.id: node.value.value
@@ -86,7 +87,7 @@ def causes(folder: str) -> dict[str, tuple[str]]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CAUSES" for t in node.targets):
             # keys and what raises them are literals; a cause may name a constant of test.py
-            return {value(k): (value(v.elts[0]),)
+            return {value(k): (value(v.elts[0]), value(v.elts[2]) if len(v.elts) > 2 else None)
                     for k, v in zip(node.value.keys, node.value.values, strict=True)}
     return {}
 
@@ -106,10 +107,12 @@ def errors() -> dict[str, list[Error]]:
             for number, step in (cell or {"steps": {}})["steps"].items():
                 for entry in step.get("reproduced", []):
                     lines = [run_stacks.clean(entry["error"]), run_stacks.clean(entry["further_down"])]
-                    for key, (raised_by, *_) in keys.items():
+                    for key, (raised_by, named) in keys.items():
                         line = next((x for x in lines if key in x), None)
                         if line is not None:
-                            fixed_in = int(entry.get("fixed_in", number))
+                            # the step test.py names now, over one a cell recorded (a stale cell
+                            # keeps the numbers of the steps as they were when it ran)
+                            fixed_in = named or int(entry.get("fixed_in", number))
                             error = by_key.setdefault(key, Error(folder, key, raised_by, fixed_in))
                             error.lines.setdefault(stack, line)
         found[folder] = [by_key[key] for key in keys if key in by_key]

@@ -420,14 +420,21 @@ def error_rows(cell: dict | None, name: str) -> set[tuple[str, str, str, str]]:
     """(section, error, cause, fixing step's link) of each error one cell reproduced."""
     if cell is None:
         return set()
+    import error_texts
+
     titles = dict(readme_steps(name))
+    named = {key: step for key, (_, step) in error_texts.causes(name).items() if step}
     rows = set()
     for number, step in cell["steps"].items():
         for entry in step.get("reproduced", []):
             error = code(clean(entry["error"]))
             if entry["further_down"]:
                 error += "\n  <br>further down: " + code(clean(entry["further_down"]))
-            fixed_in = str(entry.get("fixed_in", number))  # the step that fixes it
+            # the step that fixes it: the one test.py's CAUSES names now, over the one the cell
+            # recorded (a stale cell keeps the step numbers of the run that wrote it)
+            lines = (entry["error"], entry["further_down"] or "")
+            now = next((n for key, n in named.items() if any(key in x for x in lines)), None)
+            fixed_in = str(now or entry.get("fixed_in", number))
             heading = f"{fixed_in}. {titles.get(fixed_in, '')}"
             link = f"[`{name}/` step {fixed_in}]({name}/README.md#{anchor(heading)})"
             rows.add((entry["raised_by"], error, entry["cause"], link))

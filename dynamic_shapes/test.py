@@ -91,13 +91,6 @@ class ThresholdModel(torch.nn.Module):
         return y.view(y.size(0), -1)  # one row per sample, as before a classifier's Linear
 
 
-# register_onnx_symbolic's symbolic: one rknn_cst::cstThreshold node, typed like its input
-@parse_args("v", "f", "f")
-def threshold_symbolic(g, x, threshold, value):
-    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
-    return y.setType(x.type())  # x's dtype and dims, symbolic ones included
-
-
 def signature(path):
     """A model file's inputs and outputs with their dims: a number, or a symbolic dim's name."""
     graph = onnx.load(path).graph
@@ -111,9 +104,19 @@ def signature(path):
 # endregion
 
 
+# region threshold_symbolic
+# register_onnx_symbolic's symbolic, for dynamo=False: one rknn_cst::cstThreshold node, typed
+# like its input
+@parse_args("v", "f", "f")
+def threshold_symbolic(g, x, threshold, value):
+    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+    return y.setType(x.type())  # x's dtype and dims, symbolic ones included
+# endregion
+
+
 def step1_fixed_size():
     """A fixed-size model fed another batch"""
-    # region step1
+    # region fixed_size_inputs
     os.makedirs("failures", exist_ok=True)  # the models of this step are failure demonstrations
     model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)
     bigger = torch.randn(4, 3, 16)  # another batch size
@@ -122,7 +125,7 @@ def step1_fixed_size():
     if harness.TORCH < (2, 5):
         harness.differs(DYNAMO_EXPORT)
     else:
-        # region step1-2
+        # region fixed_size_dynamo
         program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
         program.save("failures/threshold_fixed_dynamo.onnx")
         print("  dynamo=True: ", signature("failures/threshold_fixed_dynamo.onnx"))
@@ -133,7 +136,7 @@ def step1_fixed_size():
         assert harness.output_dims(harness.show("failures/threshold_fixed_dynamo.onnx")) == [2, 48]
 
     with made_up_before_2_0("rknn_cst::cstThreshold"):
-        # region step1-3
+        # region fixed_size_torchscript
         register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)
         torch.onnx.export(
             model, (x,), "failures/threshold_fixed.onnx", dynamo=False, opset_version=17,
@@ -151,235 +154,7 @@ def step1_fixed_size():
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. dynamo=False: dynamic_axes, and a setType that keeps them
-# ---------------------------------------------------------------------------------------------
-
-
-# region threshold_frozen
-# The same node with the example's sizes written out: the mistake this step shows
-@parse_args("v", "f", "f")
-def threshold_frozen(g, x, threshold, value):
-    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
-    return y.setType(x.type().with_sizes([2, 3, 16]))
-# endregion
-
-
-if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
-    # region box_blur
-    @torch.library.custom_op("dynshape::box_blur", mutates_args=())
-    def box_blur(x: torch.Tensor, width: int) -> torch.Tensor:
-        """The mean of every `width` neighbours along the last axis: length - width + 1 values."""
-        return x.unfold(-1, width, 1).mean(-1)  # a new tensor, never a view of x
-
-
-    class BoxBlurModel(torch.nn.Module):
-        def forward(self, x):
-            return box_blur(x, 3)
-
-
-    @parse_args("v", "i")
-    def box_blur_symbolic(g, x, width):
-        y = g.op("dynshape::BoxBlur", x, width_i=width)
-        sizes = x.type().varyingSizes()  # [None, 3, None] under dynamic_axes: None is symbolic
-        length = None if sizes[-1] is None else sizes[-1] - width + 1
-        return y.setType(x.type().with_sizes([*sizes[:-1], length]))
-    # endregion
-
-
-# region MinMax
-class MinMax(torch.autograd.Function):
-    """The min and the max over the last axis (autograd_function/'s node), for dynamo=False."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return torch.aminmax(x, dim=-1)
-
-    @staticmethod
-    def symbolic(g, x):
-        low, high = g.op("tutorial::MinMax", x, axis_i=-1, outputs=2)
-        reduced = x.type().with_sizes(x.type().varyingSizes()[:-1])  # x's dims but the last
-        return low.setType(reduced), high.setType(reduced)
-
-
-class MinMaxModel(torch.nn.Module):
-    def forward(self, x):
-        return MinMax.apply(x)
-# endregion
-
-
-# region CDistModel
-class CDistModel(torch.nn.Module):
-    def forward(self, x1, x2):
-        # The distance from every row of x1 to every row of x2, computed one way at every size
-        # (by default torch.cdist takes a matrix product above 25 rows: a branch, step 3)
-        return torch.cdist(x1, x2, compute_mode="donot_use_mm_for_euclid_dist")
-
-
-# register_onnx_symbolic's step 9, as written there: sizes() is None once a dim is symbolic
-@parse_args("v", "v", "f", "none")
-def cdist_contrib(g, x1, x2, p, compute_mode):
-    y = g.op("com.microsoft::CDist", x1, x2, metric_s="euclidean")
-    rows = [x1.type().sizes()[0], x2.type().sizes()[0]]
-    y.setType(x1.type().with_sizes(rows))  # [rows of x1, rows of x2]
-    return y
-
-
-# The fix: varyingSizes() gives None for a symbolic dim, which with_sizes keeps symbolic
-@parse_args("v", "v", "f", "none")
-def cdist_dynamic(g, x1, x2, p, compute_mode):
-    y = g.op("com.microsoft::CDist", x1, x2, metric_s="euclidean")
-    rows = [x1.type().varyingSizes()[0], x2.type().varyingSizes()[0]]
-    y.setType(x1.type().with_sizes(rows))
-    return y
-# endregion
-
-
-def step2_dynamic_axes():
-    """dynamo=False: dynamic_axes, and a setType that keeps them"""
-    model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)
-    bigger = torch.randn(4, 3, 16)
-    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)  # step 1's
-
-    with made_up_before_2_0("rknn_cst::cstThreshold"):
-        # region step2
-        axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 1: "features"}}
-        torch.onnx.export(
-            model, (x,), "threshold.onnx", dynamo=False, opset_version=17, input_names=["x"],
-            output_names=["y"], dynamic_axes=axes, custom_opsets={"rknn_cst": 1},
-        )
-        print("  threshold.onnx:", signature("threshold.onnx"))
-        print("    ops:", " ".join(node.op_type for node in onnx.load("threshold.onnx").graph.node))
-        # endregion
-
-    exported = harness.show("threshold.onnx")
-    assert harness.output_dims(exported) == ["batch", "features"]
-    (node,) = [n for n in exported.graph.node if n.op_type == "cstThreshold"]
-    kept = harness.type_text([v for v in exported.graph.value_info if v.name == node.output[0]][0].type)
-    if harness.TORCH < (2, 0):  # cstThreshold/threshold/cstThreshold_output_0_dim_0, ...
-        assert "_dim_0" in kept and "batch" not in kept, kept
-        harness.differs(SET_TYPE + ": the frozen sizes below do not reach it either")
-    else:
-        assert kept == "float32[batch,3,length]", kept  # setType kept them
-
-    with made_up_before_2_0("rknn_cst::cstThreshold"):
-        # region step2-2
-        register_custom_op_symbolic("aten::threshold", threshold_frozen, 17)
-        torch.onnx.export(
-            model, (x,), "failures/threshold_frozen.onnx", dynamo=False, opset_version=17,
-            input_names=["x"], output_names=["y"], dynamic_axes=axes, custom_opsets={"rknn_cst": 1},
-        )
-        register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)  # back to step 1's
-        frozen = onnx.load("failures/threshold_frozen.onnx")
-        print("  failures/threshold_frozen.onnx:", signature("failures/threshold_frozen.onnx"))
-        print("    ops:", " ".join(node.op_type for node in frozen.graph.node))
-        (y,) = onnx.shape_inference.infer_shapes(frozen, strict_mode=True).graph.output
-        dims = [d.dim_param or d.dim_value for d in y.type.tensor_type.shape.dim]
-        print(f"    ONNX shape inference: y is {dims}")
-        # endregion
-
-    if harness.TORCH < (2, 0):  # nothing frozen: the file is threshold.onnx's
-        assert [n.op_type for n in frozen.graph.node] == [n.op_type for n in exported.graph.node]
-        assert dims == ["batch", "features"], dims
-    else:
-        assert [n.op_type for n in frozen.graph.node] == ["cstThreshold", "Constant", "Reshape"]
-        assert dims == [2, 48], dims
-    harness.show("failures/threshold_frozen.onnx")
-
-    # region step2-3
-    if onnx_op is not None:  # and for this page's own custom nodes
-
-        @onnx_op(
-            op_type="dynshape::BoxBlur",
-            inputs=[PyCustomOpDef.dt_float],
-            outputs=[PyCustomOpDef.dt_float],
-            attrs={"width": PyCustomOpDef.dt_int64},
-        )
-        def box_blur_kernel(x, width):
-            windows = np.lib.stride_tricks.sliding_window_view(x, int(width), axis=-1)
-            return (windows.sum(axis=-1) / np.float32(width)).astype(np.float32)
-
-        @onnx_op(
-            op_type="tutorial::MinMax",
-            inputs=[PyCustomOpDef.dt_float],
-            outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
-            attrs={"axis": PyCustomOpDef.dt_int64},
-        )
-        def min_max_kernel(x, axis):
-            return x.min(axis=int(axis)), x.max(axis=int(axis))
-    # endregion
-
-    ort.set_default_logger_severity(2)  # its warnings, which harness holds back: checked here
-    frozen_warns = onnx_op is not None and harness.TORCH >= (2, 0)  # before, nothing is frozen
-    with harness.quiet(*([FROZEN_WARNING] if frozen_warns else [])):
-        # region step2-4
-        if onnx_op is not None:  # batch 4 through the frozen file
-            (y,) = run_ort("failures/threshold_frozen.onnx", {"x": bigger.numpy()}, ortx_options())
-            expected = model(bigger)
-            print(f"  batch 4: ONNX Runtime gives {list(y.shape)}, PyTorch {list(expected.shape)}")
-        # endregion
-    ort.set_default_logger_severity(4)
-    if frozen_warns:
-        print("    ONNX Runtime only logged: Expected shape from model of {2,48} does not ...")
-        assert list(y.shape) == [2, 96], y.shape
-    elif onnx_op is not None:
-        assert list(y.shape) == [4, 48], y.shape
-
-    if hasattr(torch.library, "custom_op"):
-        # region step2-5
-        axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 2: "blurred"}}
-        register_custom_op_symbolic("dynshape::box_blur", box_blur_symbolic, 17)
-        torch.onnx.export(
-            BoxBlurModel(), (x,), "box_blur.onnx", dynamo=False, opset_version=17,
-            input_names=["x"], output_names=["y"], dynamic_axes=axes, custom_opsets={"dynshape": 1},
-        )
-        print("  box_blur.onnx:", signature("box_blur.onnx"))
-        # endregion
-
-        assert harness.output_dims(harness.show("box_blur.onnx")) == ["batch", 3, "blurred"]
-    else:
-        harness.differs(CUSTOM_OP)
-
-    with made_up_before_2_0("tutorial::MinMax"):
-        # region step2-5b
-        axes = {"x": {0: "batch", 2: "length"}, "low": {0: "batch"}, "high": {0: "batch"}}
-        torch.onnx.export(
-            MinMaxModel(), (x,), "min_max.onnx", dynamo=False, opset_version=17, input_names=["x"],
-            output_names=["low", "high"], dynamic_axes=axes, custom_opsets={"tutorial": 1},
-        )
-        print("  min_max.onnx:", signature("min_max.onnx"))
-        # endregion
-
-    dims = harness.output_dims(harness.show("min_max.onnx"))
-    assert dims == (["batch", "MinMaxlow_dim_1"] if harness.TORCH < (2, 0) else ["batch", 3]), dims
-
-    # The exporter dumps the TorchScript graph before it raises; 1.13 warns of CDist's types
-    held = IR_DUMP + (f"{MISSING} com.microsoft::CDist",) * (harness.TORCH < (2, 0))
-    with harness.quiet(*held):
-        # region step2-6
-        x1, x2 = torch.randn(5, 3), torch.randn(7, 3)
-        axes = {"x1": {0: "rows1"}, "x2": {0: "rows2"}, "distances": {0: "rows1", 1: "rows2"}}
-        register_custom_op_symbolic("aten::cdist", cdist_contrib, 17)
-        with expect_error("'NoneType' object is not subscriptable"):
-            torch.onnx.export(
-                CDistModel(), (x1, x2), "failures/cdist.onnx", dynamo=False, opset_version=17,
-                input_names=["x1", "x2"], output_names=["distances"], dynamic_axes=axes,
-            )
-        register_custom_op_symbolic("aten::cdist", cdist_dynamic, 17)
-        torch.onnx.export(
-            CDistModel(), (x1, x2), "cdist.onnx", dynamo=False, opset_version=17,
-            input_names=["x1", "x2"], output_names=["distances"], dynamic_axes=axes,
-        )
-        print("  cdist.onnx:", signature("cdist.onnx"))
-        # endregion
-
-    assert harness.output_dims(harness.show("cdist.onnx")) == ["rows1", "rows2"]
-    assert not os.path.exists("failures/cdist.onnx")
-    if onnx_op is None:
-        raise harness.Skip(harness.ortx_problem())
-
-
-# ---------------------------------------------------------------------------------------------
-# 3. dynamo=True: dynamic_shapes, and a fake kernel that derives the sizes
+# 2. dynamo=True: dynamic_shapes, and a fake kernel that derives the sizes
 # ---------------------------------------------------------------------------------------------
 
 # region rknn_cst_opset
@@ -398,7 +173,21 @@ def threshold_translation(x, threshold: float, value: float):
 
 
 if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
-    # region _
+    # region box_blur
+    @torch.library.custom_op("dynshape::box_blur", mutates_args=())
+    def box_blur(x: torch.Tensor, width: int) -> torch.Tensor:
+        """The mean of every `width` neighbours along the last axis: length - width + 1 values."""
+        return x.unfold(-1, width, 1).mean(-1)  # a new tensor, never a view of x
+
+
+    class BoxBlurModel(torch.nn.Module):
+        def forward(self, x):
+            return box_blur(x, 3)
+    # endregion
+
+
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region box_blur_fake
     @box_blur.register_fake
     def _(x, width):
         # The output's sizes, from the input's: symbolic sizes give symbolic ones
@@ -470,12 +259,12 @@ if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with tor
 
 
 # region MinMaxNode
-class MinMaxNode(MinMax):
-    """MinMax that writes its node under dynamo=True too."""
+class MinMaxNode(torch.autograd.Function):
+    """The min and the max over the last axis (autograd_function/'s node), as one node."""
 
     @staticmethod
     def forward(ctx, x):
-        # torch.onnx.export only (either exporter); dynamo=False traces and calls symbolic
+        # torch.onnx.export only; dynamo=False traces (MinMax adds its symbolic, step 3)
         if torch.onnx.is_in_onnx_export() and not torch.jit.is_tracing():
             reduced = x.shape[:-1]  # symbolic sizes under dynamic shapes: (batch, 3)
             return torch.onnx.ops.symbolic_multi_out(
@@ -495,6 +284,15 @@ class MinMaxNodeModel(torch.nn.Module):
 class PlainCDistModel(torch.nn.Module):
     def forward(self, x1, x2):
         return torch.cdist(x1, x2)  # register_onnx_symbolic's: the default compute_mode
+# endregion
+
+
+# region CDistModel
+class CDistModel(torch.nn.Module):
+    def forward(self, x1, x2):
+        # The distance from every row of x1 to every row of x2, computed one way at every size
+        # (by default torch.cdist takes a matrix product above 25 rows: a branch, above)
+        return torch.cdist(x1, x2, compute_mode="donot_use_mm_for_euclid_dist")
 # endregion
 
 
@@ -543,8 +341,22 @@ def cdist_translation(x1, x2, p: float = 2.0, compute_mode=None):
 # endregion
 
 
+# region export_captured
+def export_captured(path, model, args, dynamic_shapes, table):
+    """Capture MODEL with torch.export, export the program through TABLE, save it to PATH."""
+    ep = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
+    program = torch.onnx.export(
+        ep, dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,  # again: the file's dims take the Dims' names
+    )
+    program.save(path)
+    programs[path] = program  # step 5 runs it again at other sizes
+    print(f"  {path}:", signature(path))
+# endregion
+
+
 @harness.needs_torch("2.6", TABLE)
-def step3_dynamic_shapes():
+def step2_dynamic_shapes():
     """dynamo=True: dynamic_shapes, and a fake kernel that derives the sizes"""
     dims_and_names()
     fake_kernels()
@@ -555,7 +367,7 @@ def step3_dynamic_shapes():
 def dims_and_names():
     model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)  # step 1's
 
-    # region step3
+    # region threshold_dynamic_shapes
     table = {torch.ops.aten.threshold.default: threshold_translation}
     names = {"x": {0: "batch", 2: "length"}}  # a string: Dim.DYNAMIC, the dim's name in the file
     program = torch.onnx.export(
@@ -576,7 +388,7 @@ def dims_and_names():
     assert not onnx.defs.has("cstThreshold", "rknn_cst")
     dynamic_axes_under_dynamo(model, x, table)
 
-    # region step3-2
+    # region explicit_capture
     batch, length = Dim("batch"), Dim("length")
     dynamic_shapes = {"x": {0: batch, 2: length}}  # keyed by forward's parameter names
     ep = torch.export.export(model, (x,), dynamic_shapes=dynamic_shapes, strict=False)
@@ -601,7 +413,7 @@ def dims_and_names():
     else:
         assert [str(d) for d in named.model.graph.inputs[0].shape] == ["batch", "3", "length"]
 
-    # region step3-3
+    # region dim_auto
     # Dim.AUTO: torch.export decides which dims are dynamic; strings name them in the file
     auto = {"x": {0: Dim.AUTO, 2: Dim.AUTO}}
     ep_auto = torch.export.export(model, (x,), dynamic_shapes=auto, strict=False)
@@ -656,7 +468,7 @@ def dynamic_axes_under_dynamo(model, x, table):
 
 def fake_kernels():
     x = torch.randn(2, 3, 16)  # step 1's size
-    # region step3-4
+    # region box_blur_opcheck
     for sample in [x, torch.randn(5, 3, 40)]:  # two sizes: a fixed size fails the second
         torch.library.opcheck(box_blur, (sample, 3))
     print("  torch.library.opcheck(box_blur, ...): passed at two sizes")
@@ -665,7 +477,7 @@ def fake_kernels():
     if harness.TORCH < (2, 8):
         guard_says_at_least_3(x)
     else:
-        # region step3-5
+        # region box_blur_guard
         batch, length = Dim("batch"), Dim("length")
         with expect_error("satisfy the generated guard ((-2) + L['x'].size()[2]) != 1"):
             torch.export.export(
@@ -673,24 +485,17 @@ def fake_kernels():
             )
         # endregion
 
-    # region step3-6
+    # region box_blur_export
     batch, length = Dim("batch"), Dim("length", min=4)  # length - 2 blurred values: at least 2
     dynamic_shapes = {"x": {0: batch, 2: length}}
-    ep = torch.export.export(BoxBlurModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
     table = {torch.ops.dynshape.box_blur.default: box_blur_translation}
-    program = torch.onnx.export(
-        ep, dynamo=True, verbose=False, custom_translation_table=table,
-        dynamic_shapes=dynamic_shapes,
-    )
-    program.save("box_blur_dynamo.onnx")
-    programs["box_blur_dynamo.onnx"] = program
-    print("  box_blur_dynamo.onnx:", signature("box_blur_dynamo.onnx"))
+    export_captured("box_blur_dynamo.onnx", BoxBlurModel(), (x,), dynamic_shapes, table)
     # endregion
 
     exported = harness.show("box_blur_dynamo.onnx")
     assert harness.output_dims(exported) == in_file(["batch", 3, "length - 2"]), exported.graph.output
 
-    # region step3-7
+    # region box_blur_fixed_opcheck
     torch.library.opcheck(box_blur_fixed, (x, 3))  # the example's size: passes
     with expect_error("Shapes torch.Size([5, 3, 38]) and torch.Size([2, 3, 14]) are not equal"):
         torch.library.opcheck(box_blur_fixed, (torch.randn(5, 3, 40), 3))
@@ -698,19 +503,19 @@ def fake_kernels():
     if harness.TORCH < (2, 8):
         specialized_says_inferred_to_be_a_constant(x, dynamic_shapes)
     else:
-        # region step3-7b
+        # region box_blur_fixed_specialized
         with expect_error("You marked batch as dynamic but your code specialized it"):
             torch.export.export(SharpenModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
         # endregion
 
-    names = {"x": {0: "batch", 2: "length"}}  # step 3's strings
+    names = {"x": {0: "batch", 2: "length"}}  # this step's strings
     if harness.TORCH < (2, 9):
         sharpen_in_one_call_exports(x, names)
         return
     if harness.TORCH == (2, 9):
         sharpen_in_one_call_names_the_dims(x, names)
         return
-    # region step3-8
+    # region sharpen_one_call
     with expect_error("but tracing inferred a static shape of 2"):  # the same model, in one call
         torch.onnx.export(
             SharpenModel().eval(), (x,), dynamo=True, verbose=False, dynamic_shapes=names
@@ -720,19 +525,12 @@ def fake_kernels():
 
 def data_dependent_size():
     x = torch.randn(2, 3, 16)  # step 1's size
-    # region step3-9
+    # region positive_export
     torch.library.opcheck(positive, (x,))
     print("  torch.library.opcheck(positive, ...): passed")
     dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length")}}
-    ep = torch.export.export(PositiveModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
     table = {torch.ops.dynshape.positive.default: positive_translation}
-    program = torch.onnx.export(
-        ep, dynamo=True, verbose=False, custom_translation_table=table,
-        dynamic_shapes=dynamic_shapes,
-    )
-    program.save("positive_dynamo.onnx")
-    programs["positive_dynamo.onnx"] = program
-    print("  positive_dynamo.onnx:", signature("positive_dynamo.onnx"))
+    export_captured("positive_dynamo.onnx", PositiveModel(), (x,), dynamic_shapes, table)
     # endregion
 
     (count,) = harness.output_dims(harness.show("positive_dynamo.onnx"))
@@ -749,7 +547,7 @@ def function_node_and_baked_sizes():
 
 
 def min_max_node(x):
-    # region step3-10
+    # region min_max_node_export
     names = {"x": {0: "batch", 2: "length"}}  # in one call: explicit capture runs aminmax
     program = torch.onnx.export(
         MinMaxNodeModel().eval(), (x,), dynamo=True, verbose=False, dynamic_shapes=names,
@@ -765,7 +563,7 @@ def min_max_node(x):
 
 
 def cholesky_and_cdist():
-    # region step3-11
+    # region cholesky_dynamic_n
     m = torch.randn(2, 4, 4)
     a = m @ m.mT + 4 * torch.eye(4)  # symmetric positive definite: the Cholesky factor exists
     table = {torch.ops.aten.linalg_cholesky.default: cholesky_translation}
@@ -776,47 +574,239 @@ def cholesky_and_cdist():
         torch.onnx.export(ep, dynamo=True, verbose=False, custom_translation_table=table)
     # endregion
 
-    # region step3-12
+    # region cholesky_static_n
     dynamic_shapes = {"a": {0: Dim("batch")}}  # the matrix size stays 4: the loop needs it
-    ep = torch.export.export(CholeskyModel(), (a,), dynamic_shapes=dynamic_shapes, strict=False)
-    program = torch.onnx.export(
-        ep, dynamo=True, verbose=False, custom_translation_table=table,
-        dynamic_shapes=dynamic_shapes,
-    )
-    program.save("cholesky_dynamo.onnx")
-    programs["cholesky_dynamo.onnx"] = program
-    print("  cholesky_dynamo.onnx:", signature("cholesky_dynamo.onnx"))
+    export_captured("cholesky_dynamo.onnx", CholeskyModel(), (a,), dynamic_shapes, table)
     # endregion
 
     assert harness.output_dims(harness.show("cholesky_dynamo.onnx")) == in_file(["batch", 4, 4])
 
-    x1, x2 = torch.randn(5, 3), torch.randn(7, 3)  # step 2's
-    # region step3-13
+    # region cdist_dims
+    x1, x2 = torch.randn(5, 3), torch.randn(7, 3)
     dynamic_shapes = {"x1": {0: Dim("rows1")}, "x2": {0: Dim("rows2")}}
     # endregion
     if harness.TORCH < (2, 8):
         cdist_guard_names_the_arguments(x1, x2, dynamic_shapes)
     else:
-        # region step3-13b
+        # region plain_cdist_guard
         with expect_error("generated guard 2 <= L['x1'].size()[0] and L['x1'].size()[0] <= 25"):
             torch.export.export(
                 PlainCDistModel(), (x1, x2), dynamic_shapes=dynamic_shapes, strict=False
             )
         # endregion
 
-    # region step3-14
-    ep = torch.export.export(CDistModel(), (x1, x2), dynamic_shapes=dynamic_shapes, strict=False)
+    # region cdist_export
     table = {torch.ops.aten.cdist.default: cdist_translation}
-    program = torch.onnx.export(
-        ep, dynamo=True, verbose=False, custom_translation_table=table,
-        dynamic_shapes=dynamic_shapes,
-    )
-    program.save("cdist_dynamo.onnx")
-    programs["cdist_dynamo.onnx"] = program
-    print("  cdist_dynamo.onnx:", signature("cdist_dynamo.onnx"))
+    export_captured("cdist_dynamo.onnx", CDistModel(), (x1, x2), dynamic_shapes, table)
     # endregion
 
     assert harness.output_dims(harness.show("cdist_dynamo.onnx")) == in_file(["rows1", "rows2"])
+
+# ---------------------------------------------------------------------------------------------
+# 3. dynamo=False: dynamic_axes, and a setType that keeps them
+# ---------------------------------------------------------------------------------------------
+
+
+# region threshold_frozen
+# The same node with the example's sizes written out: the mistake this step shows
+@parse_args("v", "f", "f")
+def threshold_frozen(g, x, threshold, value):
+    y = g.op("rknn_cst::cstThreshold", x, threshold_f=threshold, value_f=value)
+    return y.setType(x.type().with_sizes([2, 3, 16]))
+# endregion
+
+
+if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
+    # region box_blur_symbolic
+    @parse_args("v", "i")
+    def box_blur_symbolic(g, x, width):
+        y = g.op("dynshape::BoxBlur", x, width_i=width)
+        sizes = x.type().varyingSizes()  # [None, 3, None] under dynamic_axes: None is symbolic
+        length = None if sizes[-1] is None else sizes[-1] - width + 1
+        return y.setType(x.type().with_sizes([*sizes[:-1], length]))
+    # endregion
+
+
+# region MinMax
+class MinMax(MinMaxNode):
+    """MinMaxNode with a symbolic, for dynamo=False: the same node, typed by setType."""
+
+    @staticmethod
+    def symbolic(g, x):
+        low, high = g.op("tutorial::MinMax", x, axis_i=-1, outputs=2)
+        reduced = x.type().with_sizes(x.type().varyingSizes()[:-1])  # x's dims but the last
+        return low.setType(reduced), high.setType(reduced)
+
+
+class MinMaxModel(torch.nn.Module):
+    def forward(self, x):
+        return MinMax.apply(x)
+# endregion
+
+
+# region cdist_symbolics
+# register_onnx_symbolic's step 9, as written there: sizes() is None once a dim is symbolic
+@parse_args("v", "v", "f", "none")
+def cdist_contrib(g, x1, x2, p, compute_mode):
+    y = g.op("com.microsoft::CDist", x1, x2, metric_s="euclidean")
+    rows = [x1.type().sizes()[0], x2.type().sizes()[0]]
+    y.setType(x1.type().with_sizes(rows))  # [rows of x1, rows of x2]
+    return y
+
+
+# The fix: varyingSizes() gives None for a symbolic dim, which with_sizes keeps symbolic
+@parse_args("v", "v", "f", "none")
+def cdist_dynamic(g, x1, x2, p, compute_mode):
+    y = g.op("com.microsoft::CDist", x1, x2, metric_s="euclidean")
+    rows = [x1.type().varyingSizes()[0], x2.type().varyingSizes()[0]]
+    y.setType(x1.type().with_sizes(rows))
+    return y
+# endregion
+
+
+def step3_dynamic_axes():
+    """dynamo=False: dynamic_axes, and a setType that keeps them"""
+    model, x = ThresholdModel().eval(), torch.randn(2, 3, 16)
+    bigger = torch.randn(4, 3, 16)
+    register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)  # step 1's
+    x1, x2 = torch.randn(5, 3), torch.randn(7, 3)  # step 2's
+
+    with made_up_before_2_0("rknn_cst::cstThreshold"):
+        # region threshold_dynamic_axes
+        axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 1: "features"}}
+        torch.onnx.export(
+            model, (x,), "threshold.onnx", dynamo=False, opset_version=17, input_names=["x"],
+            output_names=["y"], dynamic_axes=axes, custom_opsets={"rknn_cst": 1},
+        )
+        print("  threshold.onnx:", signature("threshold.onnx"))
+        print("    ops:", " ".join(node.op_type for node in onnx.load("threshold.onnx").graph.node))
+        # endregion
+
+    exported = harness.show("threshold.onnx")
+    assert harness.output_dims(exported) == ["batch", "features"]
+    (node,) = [n for n in exported.graph.node if n.op_type == "cstThreshold"]
+    kept = harness.type_text([v for v in exported.graph.value_info if v.name == node.output[0]][0].type)
+    if harness.TORCH < (2, 0):  # cstThreshold/threshold/cstThreshold_output_0_dim_0, ...
+        assert "_dim_0" in kept and "batch" not in kept, kept
+        harness.differs(SET_TYPE + ": the frozen sizes below do not reach it either")
+    else:
+        assert kept == "float32[batch,3,length]", kept  # setType kept them
+
+    with made_up_before_2_0("rknn_cst::cstThreshold"):
+        # region threshold_frozen_export
+        register_custom_op_symbolic("aten::threshold", threshold_frozen, 17)
+        torch.onnx.export(
+            model, (x,), "failures/threshold_frozen.onnx", dynamo=False, opset_version=17,
+            input_names=["x"], output_names=["y"], dynamic_axes=axes, custom_opsets={"rknn_cst": 1},
+        )
+        register_custom_op_symbolic("aten::threshold", threshold_symbolic, 17)  # back to step 1's
+        frozen = onnx.load("failures/threshold_frozen.onnx")
+        print("  failures/threshold_frozen.onnx:", signature("failures/threshold_frozen.onnx"))
+        print("    ops:", " ".join(node.op_type for node in frozen.graph.node))
+        (y,) = onnx.shape_inference.infer_shapes(frozen, strict_mode=True).graph.output
+        dims = [d.dim_param or d.dim_value for d in y.type.tensor_type.shape.dim]
+        print(f"    ONNX shape inference: y is {dims}")
+        # endregion
+
+    if harness.TORCH < (2, 0):  # nothing frozen: the file is threshold.onnx's
+        assert [n.op_type for n in frozen.graph.node] == [n.op_type for n in exported.graph.node]
+        assert dims == ["batch", "features"], dims
+    else:
+        assert [n.op_type for n in frozen.graph.node] == ["cstThreshold", "Constant", "Reshape"]
+        assert dims == [2, 48], dims
+    harness.show("failures/threshold_frozen.onnx")
+
+    # region box_blur_min_max_kernels
+    if onnx_op is not None:  # and for this page's own custom nodes
+
+        @onnx_op(
+            op_type="dynshape::BoxBlur",
+            inputs=[PyCustomOpDef.dt_float],
+            outputs=[PyCustomOpDef.dt_float],
+            attrs={"width": PyCustomOpDef.dt_int64},
+        )
+        def box_blur_kernel(x, width):
+            windows = np.lib.stride_tricks.sliding_window_view(x, int(width), axis=-1)
+            return (windows.sum(axis=-1) / np.float32(width)).astype(np.float32)
+
+        @onnx_op(
+            op_type="tutorial::MinMax",
+            inputs=[PyCustomOpDef.dt_float],
+            outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_float],
+            attrs={"axis": PyCustomOpDef.dt_int64},
+        )
+        def min_max_kernel(x, axis):
+            return x.min(axis=int(axis)), x.max(axis=int(axis))
+    # endregion
+
+    ort.set_default_logger_severity(2)  # its warnings, which harness holds back: checked here
+    frozen_warns = onnx_op is not None and harness.TORCH >= (2, 0)  # before, nothing is frozen
+    with harness.quiet(*([FROZEN_WARNING] if frozen_warns else [])):
+        # region frozen_at_batch_4
+        if onnx_op is not None:  # batch 4 through the frozen file
+            (y,) = run_ort("failures/threshold_frozen.onnx", {"x": bigger.numpy()}, ortx_options())
+            expected = model(bigger)
+            print(f"  batch 4: ONNX Runtime gives {list(y.shape)}, PyTorch {list(expected.shape)}")
+        # endregion
+    ort.set_default_logger_severity(4)
+    if frozen_warns:
+        print("    ONNX Runtime only logged: Expected shape from model of {2,48} does not ...")
+        assert list(y.shape) == [2, 96], y.shape
+    elif onnx_op is not None:
+        assert list(y.shape) == [4, 48], y.shape
+
+    if hasattr(torch.library, "custom_op"):
+        # region box_blur_dynamic_axes
+        axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 2: "blurred"}}
+        register_custom_op_symbolic("dynshape::box_blur", box_blur_symbolic, 17)
+        torch.onnx.export(
+            BoxBlurModel(), (x,), "box_blur.onnx", dynamo=False, opset_version=17,
+            input_names=["x"], output_names=["y"], dynamic_axes=axes, custom_opsets={"dynshape": 1},
+        )
+        print("  box_blur.onnx:", signature("box_blur.onnx"))
+        # endregion
+
+        assert harness.output_dims(harness.show("box_blur.onnx")) == ["batch", 3, "blurred"]
+    else:
+        harness.differs(CUSTOM_OP)
+
+    with made_up_before_2_0("tutorial::MinMax"):
+        # region min_max_dynamic_axes
+        axes = {"x": {0: "batch", 2: "length"}, "low": {0: "batch"}, "high": {0: "batch"}}
+        torch.onnx.export(
+            MinMaxModel(), (x,), "min_max.onnx", dynamo=False, opset_version=17, input_names=["x"],
+            output_names=["low", "high"], dynamic_axes=axes, custom_opsets={"tutorial": 1},
+        )
+        print("  min_max.onnx:", signature("min_max.onnx"))
+        # endregion
+
+    dims = harness.output_dims(harness.show("min_max.onnx"))
+    assert dims == (["batch", "MinMaxlow_dim_1"] if harness.TORCH < (2, 0) else ["batch", 3]), dims
+
+    # The exporter dumps the TorchScript graph before it raises; 1.13 warns of CDist's types
+    held = IR_DUMP + (f"{MISSING} com.microsoft::CDist",) * (harness.TORCH < (2, 0))
+    with harness.quiet(*held):
+        # region cdist_dynamic_axes
+        axes = {"x1": {0: "rows1"}, "x2": {0: "rows2"}, "distances": {0: "rows1", 1: "rows2"}}
+        register_custom_op_symbolic("aten::cdist", cdist_contrib, 17)
+        with expect_error("'NoneType' object is not subscriptable"):
+            torch.onnx.export(
+                CDistModel(), (x1, x2), "failures/cdist.onnx", dynamo=False, opset_version=17,
+                input_names=["x1", "x2"], output_names=["distances"], dynamic_axes=axes,
+            )
+        register_custom_op_symbolic("aten::cdist", cdist_dynamic, 17)
+        torch.onnx.export(
+            CDistModel(), (x1, x2), "cdist.onnx", dynamo=False, opset_version=17,
+            input_names=["x1", "x2"], output_names=["distances"], dynamic_axes=axes,
+        )
+        print("  cdist.onnx:", signature("cdist.onnx"))
+        # endregion
+
+    assert harness.output_dims(harness.show("cdist.onnx")) == ["rows1", "rows2"]
+    assert not os.path.exists("failures/cdist.onnx")
+    if onnx_op is None:
+        raise harness.Skip(harness.ortx_problem())
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -825,7 +815,7 @@ def cholesky_and_cdist():
 
 if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with torch 2.4
     # region positive_node
-    # Step 3's positive as one custom node: its output's length is known at run time only
+    # Step 2's positive as one custom node: its output's length is known at run time only
     positive_schema = OpSchema(
         "Positive",
         "dynshape",
@@ -859,7 +849,7 @@ def step4_custom_node_of_unknown_size():
             return x[x > 0]  # NumPy's boolean indexing: a new 1-D array, as long as it takes
     # endregion
 
-    # region step4
+    # region positive_node_export
     table = {torch.ops.dynshape.positive.default: positive_node_translation}
     program = torch.onnx.export(
         PositiveModel().eval(), (x,), dynamo=True, verbose=False, custom_translation_table=table,
@@ -882,7 +872,7 @@ def step4_custom_node_of_unknown_size():
     assert input_dims(exported) == in_file(["batch", "3", "length"]), input_dims(exported)
     assert harness.op_types("positive_node_dynamo.onnx") == ["dynshape.Positive"]
     (count,) = harness.output_dims(exported)
-    assert count.startswith("u"), count  # an unbacked symbol, as in step 3
+    assert count.startswith("u"), count  # an unbacked symbol, as in step 2
     assert not onnx.defs.has("Positive", "dynshape")
     if onnx_op is None:
         raise harness.Skip(harness.ortx_problem())
@@ -937,23 +927,23 @@ def by_hand(path, model):
 
 def step5_every_size():
     """Every model at three batch sizes and two lengths"""
-    # region step5
+    # region every_size_dynamo_false
     by_hand("threshold.onnx", ThresholdModel().eval())
     by_hand("min_max.onnx", MinMaxModel())
     by_hand("cdist.onnx", CDistModel())
     # endregion
-    if hasattr(torch.library, "custom_op"):  # step 2 wrote it
-        # region step5-box_blur
+    if hasattr(torch.library, "custom_op"):  # step 3 wrote it
+        # region every_size_box_blur
         by_hand("box_blur.onnx", BoxBlurModel())
         # endregion
 
     if harness.TORCH < (2, 6):
-        missing = "" if hasattr(torch.library, "custom_op") else " (no box_blur.onnx: step 2's)"
-        harness.differs(f"only the dynamo=False files{missing}: steps 3 and 4 need torch 2.6")
+        missing = "" if hasattr(torch.library, "custom_op") else " (no box_blur.onnx: step 3's)"
+        harness.differs(f"only the dynamo=False files{missing}: steps 2 and 4 need torch 2.6")
     elif harness.TORCH < (2, 8):
         if harness.TORCH < (2, 7):
             harness.differs(STRATEGY)
-        harness.differs("the dynamo=True programs but min_max_dynamo.onnx: step 3 writes it from 2.8")
+        harness.differs("the dynamo=True programs but min_max_dynamo.onnx: step 2 writes it from 2.8")
         every_size_dynamo()
     elif harness.TORCH == (2, 9):  # its programs keep torch.export's guard x.size()[0] != 1
         harness.differs("assert_onnx_program runs the dynamo=True programs at batch 2 and 5 only: "
@@ -966,7 +956,7 @@ def step5_every_size():
 
 
 def every_size_dynamo(SIZES=SIZES):  # noqa: N803 - the page's SIZES (torch 2.9: fewer)
-    # region step5-2
+    # region every_size_dynamo
     for path, program in programs.items():
         print(f"  {path}:", signature(path))
         if path in ("threshold_dynamo.onnx", "box_blur_dynamo.onnx", "positive_node_dynamo.onnx"):
@@ -982,10 +972,10 @@ def every_size_dynamo(SIZES=SIZES):  # noqa: N803 - the page's SIZES (torch 2.9:
         print(f"    matches PyTorch at (batch, length) {SIZES}")
     # endregion
 
-    assert set(programs) == set(KEPT[3] + KEPT[4]) - {"min_max_dynamo.onnx"}, programs
-    if harness.TORCH < (2, 8):  # step 3 did not write it (min_max_node_before_2_8)
+    assert set(programs) == set(KEPT[2] + KEPT[4]) - {"min_max_dynamo.onnx"}, programs
+    if harness.TORCH < (2, 8):  # step 2 did not write it (min_max_node_before_2_8)
         return
-    # region step5-3
+    # region every_size_min_max
     model, path = MinMaxNodeModel(), "min_max_dynamo.onnx"
     print(f"  {path}:", signature(path))
     if onnx_op is not None:
@@ -1005,7 +995,7 @@ def every_size_dynamo(SIZES=SIZES):  # noqa: N803 - the page's SIZES (torch 2.9:
 
 def step6_rknn():
     """What RKNN needs instead"""
-    # region step6
+    # region rknn_dynamic_input
     # RKNN builds a model for a list of input shapes, not symbolic dims (rknn.config's
     # dynamic_input, experimental): one list of every input's shape per set.
     dynamic_input = [[[batch, 3, length]] for batch, length in SIZES]
@@ -1023,16 +1013,16 @@ if hasattr(torch.library, "custom_op"):  # torch.library.custom_op came with tor
     # region box_blur_half
     # The kernel takes float32 only (onnxruntime-extensions' Python ops have no float16 or
     # bfloat16), so the schema's T stays tensor(float) and a half model casts around the node.
-    def box_blur_cast_translation(x, width: int):  # step 3's node, for dynamo=True
+    def box_blur_cast_translation(x, width: int):  # step 2's node, for dynamo=True
         y = box_blur_op(op.Cast(x, to=onnx.TensorProto.FLOAT), width=width)
         return op.CastLike(y, x)  # back to the model's dtype; Cast and CastLike keep the dims
 
 
     @parse_args("v", "i")
-    def box_blur_cast_symbolic(g, x, width):  # step 2's node, for dynamo=False
+    def box_blur_cast_symbolic(g, x, width):  # step 3's node, for dynamo=False
         x32 = g.op("Cast", x, to_i=onnx.TensorProto.FLOAT)
         y = g.op("dynshape::BoxBlur", x32, width_i=width)
-        sizes = x.type().varyingSizes()  # None for a symbolic dim, as in step 2
+        sizes = x.type().varyingSizes()  # None for a symbolic dim, as in step 3
         length = None if sizes[-1] is None else sizes[-1] - width + 1
         y.setType(x.type().with_dtype(torch.float32).with_sizes([*sizes[:-1], length]))
         return g.op("CastLike", y, x)
@@ -1055,9 +1045,9 @@ def step7_half_precision():
         harness.differs("custom_translation_table came with 2.6: only this step's dynamo=False files")
     else:
         half_dynamo()
-    # region step7-3
+    # region box_blur_half_torchscript
     register_custom_op_symbolic("dynshape::box_blur", box_blur_cast_symbolic, 17)
-    axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 2: "blurred"}}  # step 2's
+    axes = {"x": {0: "batch", 2: "length"}, "y": {0: "batch", 2: "blurred"}}  # step 3's
     files = {torch.float16: "box_blur_float16.onnx", torch.bfloat16: "box_blur_bfloat16.onnx"}
     for dtype, path in files.items():
         torch.onnx.export(
@@ -1069,7 +1059,7 @@ def step7_half_precision():
         print(f"  {path}:", signature(path))
         if onnx_op is not None:
             equal_at_two_sizes(path, dtype)
-    register_custom_op_symbolic("dynshape::box_blur", box_blur_symbolic, 17)  # back to step 2's
+    register_custom_op_symbolic("dynshape::box_blur", box_blur_symbolic, 17)  # back to step 3's
     # endregion
     for dtype, kind in HALF.items():
         path = f"box_blur_{str(dtype)[6:]}.onnx"
@@ -1085,15 +1075,16 @@ HALF = {torch.float16: onnx.TensorProto.FLOAT16, torch.bfloat16: onnx.TensorProt
 
 
 def half_dynamo():
-    # region step7
+    # region box_blur_bf16_failure
     model, x = BoxBlurModel().eval(), torch.randn(2, 3, 16).to(torch.bfloat16)
-    dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length", min=4)}}  # step 3's
-    table = {torch.ops.dynshape.box_blur.default: box_blur_translation}  # step 3's: T = float
+    dynamic_shapes = {"x": {0: Dim("batch"), 2: Dim("length", min=4)}}  # step 2's
+    table = {torch.ops.dynshape.box_blur.default: box_blur_translation}  # step 2's: T = float
     path = "failures/box_blur_bf16_dynamo.onnx"
-    torch.onnx.export(
-        model, (x,), path, dynamo=True, verbose=False, external_data=False,
-        custom_translation_table=table, dynamic_shapes=dynamic_shapes,
+    program = torch.onnx.export(
+        model, (x,), dynamo=True, verbose=False, custom_translation_table=table,
+        dynamic_shapes=dynamic_shapes,
     )
+    program.save(path)
     print(f"  {path}: exported, BoxBlur on bfloat16 (schema: float)")
     if onnx_op is not None:
         with expect_error("Type 'tensor(bfloat16)' of input parameter (x) of operator (BoxBlur)"):
@@ -1104,17 +1095,18 @@ def half_dynamo():
     assert harness.op_types(path) == ["dynshape.BoxBlur"]
     harness.show(path)
 
-    # region step7-2
+    # region box_blur_half_dynamo
     table = {torch.ops.dynshape.box_blur.default: box_blur_cast_translation}
     files = {
         torch.float16: "box_blur_float16_dynamo.onnx",
         torch.bfloat16: "box_blur_bfloat16_dynamo.onnx",
     }
     for dtype, path in files.items():
-        torch.onnx.export(
-            model, (torch.randn(2, 3, 16).to(dtype),), path, dynamo=True, verbose=False,
-            external_data=False, custom_translation_table=table, dynamic_shapes=dynamic_shapes,
+        program = torch.onnx.export(
+            model, (torch.randn(2, 3, 16).to(dtype),), dynamo=True, verbose=False,
+            custom_translation_table=table, dynamic_shapes=dynamic_shapes,
         )
+        program.save(path)
         check_with_schemas(path, box_blur_schema)
         print(f"  {path}:", signature(path))
         if onnx_op is not None:
@@ -1132,8 +1124,7 @@ def half_dynamo():
 # ---------------------------------------------------------------------------------------------
 
 KEPT = {  # what each step writes and claims valid; failure demonstrations below
-    2: ("threshold.onnx", "box_blur.onnx", "min_max.onnx", "cdist.onnx"),
-    3: (
+    2: (
         "threshold_dynamo.onnx",
         "box_blur_dynamo.onnx",
         "positive_dynamo.onnx",
@@ -1141,6 +1132,7 @@ KEPT = {  # what each step writes and claims valid; failure demonstrations below
         "cholesky_dynamo.onnx",
         "cdist_dynamo.onnx",
     ),
+    3: ("threshold.onnx", "box_blur.onnx", "min_max.onnx", "cdist.onnx"),
     4: ("positive_node_dynamo.onnx",),
     7: (
         "box_blur_float16_dynamo.onnx",
@@ -1171,39 +1163,39 @@ CAUSES = {
         "and is fed another batch or length", 2),
     "'NoneType' object is not subscriptable": ("dynamo=False",
         "under `dynamic_axes`, `x.type().sizes()` is None once a dim is symbolic: a symbolic "
-        "reads `varyingSizes()` (None per symbolic dim) instead"),
+        "reads `varyingSizes()` (None per symbolic dim) instead", 3),
     "satisfy the generated guard ((-2) + L['x'].size()[2]) != 1": ("dynamo=True",
         "a fake kernel's output size `length - 2` must not be 1 (torch.export specializes "
-        "sizes 0 and 1): give the input dim a range, `Dim(\"length\", min=4)`"),
+        "sizes 0 and 1): give the input dim a range, `Dim(\"length\", min=4)`", 2),
     "Shapes torch.Size([5, 3, 38]) and torch.Size([2, 3, 14]) are not equal": ("PyTorch",
         "`torch.library.opcheck` on a second input size: the fake kernel returns the example's "
-        "fixed sizes instead of deriving them from its inputs"),
+        "fixed sizes instead of deriving them from its inputs", 2),
     "You marked batch as dynamic but your code specialized it": ("dynamo=True",
         "a fake kernel returns fixed sizes, so torch.export ties the dynamic dims to the "
-        "example's values: derive the output's sizes from the inputs"),
+        "example's values: derive the output's sizes from the inputs", 2),
     "You marked L['x'].size()[0] as dynamic but your code specialized it": ("dynamo=True",
         "a fake kernel returns fixed sizes, so a dim that `dynamic_shapes` marks with a string "
         "(`Dim.DYNAMIC`) became the example's constant: derive the output's sizes from the inputs "
-        "(torch 2.9's wording)"),
+        "(torch 2.9's wording)", 2),
     "but tracing inferred a static shape of 2": ("dynamo=True",
         "a fake kernel returns fixed sizes, so a dim that `dynamic_shapes` marks with a string "
-        "(`Dim.DYNAMIC`) became the example's constant: derive the output's sizes from the inputs"),
+        "(`Dim.DYNAMIC`) became the example's constant: derive the output's sizes from the inputs", 2),
     "satisfy the generated guard 3 <= L['args'][0][0].size()[2]": ("dynamo=True",
         "a fake kernel's output size `length - 2` must be at least 1: give the input dim a range "
-        "that starts at 3 or more, `Dim(\"length\", min=4)` (torch 2.6 and 2.7's wording)"),
+        "that starts at 3 or more, `Dim(\"length\", min=4)` (torch 2.6 and 2.7's wording)", 2),
     "because batch was inferred to be a constant (2)": ("dynamo=True",
         "a fake kernel returns fixed sizes, so torch.export ties the dynamic dims to the "
-        "example's values: derive the output's sizes from the inputs (torch 2.6 and 2.7's wording)"),
+        "example's values: derive the output's sizes from the inputs (torch 2.6 and 2.7's wording)", 2),
     "L['args'][0][0].size()[0] <= 25": ("dynamo=True",
         "`torch.cdist` takes a matrix product above 25 rows, and torch.export keeps that branch "
         "as a range of the dim: pass `compute_mode=\"donot_use_mm_for_euclid_dist\"` (torch 2.6 "
-        "and 2.7's wording)"),
+        "and 2.7's wording)", 2),
     "L['x1'].size()[0] <= 25": ("dynamo=True",
         "`torch.cdist` takes a matrix product above 25 rows, and torch.export keeps that branch "
-        "as a range of the dim: pass `compute_mode=\"donot_use_mm_for_euclid_dist\"`"),
+        "as a range of the dim: pass `compute_mode=\"donot_use_mm_for_euclid_dist\"`", 2),
     "'SymbolicDim' object cannot be interpreted as an integer": ("dynamo=True",
         "a translation loops over a traced size (`range(self.shape[-1])`) that is symbolic "
-        "under `dynamic_shapes`: keep that dim static, or write the translation without it"),
+        "under `dynamic_shapes`: keep that dim static, or write the translation without it", 2),
     "Type 'tensor(bfloat16)' of input parameter (x) of operator (BoxBlur)": ("ONNX Runtime",
         "a custom node of a type its kernel is not declared for (`PyCustomOpDef.dt_float`): the "
         "exporter wrote the model's bfloat16, though the local schema lists `tensor(float)` only; "
@@ -1227,10 +1219,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def strings_leave_the_dims_static(model, x, table):
-    """torch 2.6 (and 2.5, where step 3 does not run): torch.export refuses a string in
+    """torch 2.6 (and 2.5, where step 2 does not run): torch.export refuses a string in
     dynamic_shapes, and torch.onnx.export, without a word at verbose=False, falls back to tracing
     with TorchScript, which writes the example's sizes. Named Dims keep the dims dynamic; the file
-    then has torch.export's names for them, s0 and s1 (step 3's explicit capture)."""
+    then has torch.export's names for them, s0 and s1 (step 2's explicit capture)."""
     dims = input_dims(onnx.load("threshold_dynamo.onnx"))
     assert dims == ["2", "3", "16"], dims  # what the reader gets: no error, no dynamic dim
     try:
@@ -1253,7 +1245,7 @@ def strings_leave_the_dims_static(model, x, table):
 
 
 def guard_says_at_least_3(x):
-    """torch 2.6 and 2.7: the same refusal of step 3's Dim("length"), as a range: the box blur
+    """torch 2.6 and 2.7: the same refusal of step 2's Dim("length"), as a range: the box blur
     needs length >= 3 (its fake kernel's length - 2 values), where later releases also keep
     length - 2 from being 1 (0/1 specialization). Dim("length", min=4) exports on all of them."""
     harness.differs("torch.export's guard for the box blur's length reads 3 <= length, not "
@@ -1266,7 +1258,7 @@ def guard_says_at_least_3(x):
 
 
 def specialized_says_inferred_to_be_a_constant(x, dynamic_shapes):
-    """torch 2.6 and 2.7: step 3's refusal of SharpenModel's Dims, in their words."""
+    """torch 2.6 and 2.7: step 2's refusal of SharpenModel's Dims, in their words."""
     harness.differs("torch.export says each dim 'was inferred to be a constant (2)', (16)")
     with expect_error("are valid because batch was inferred to be a constant (2)"):
         torch.export.export(SharpenModel(), (x,), dynamic_shapes=dynamic_shapes, strict=False)
@@ -1305,7 +1297,7 @@ def min_max_node_before_2_8(x):
 
 
 def cdist_guard_names_the_arguments(x1, x2, dynamic_shapes):
-    """torch 2.6 and 2.7: step 3's refusal of PlainCDistModel's rows, naming the dims by their
+    """torch 2.6 and 2.7: step 2's refusal of PlainCDistModel's rows, naming the dims by their
     place in the arguments."""
     harness.differs("torch.export names the dims L['args'][0][0].size()[0], not L['x1'].size()[0]")
     with expect_error("guard 2 <= L['args'][0][0].size()[0] and L['args'][0][0].size()[0] <= 25"):

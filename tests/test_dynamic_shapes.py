@@ -65,7 +65,7 @@ def test_every_model_has_its_dims_and_custom_node(run, filename, expected, node)
     ],
 )
 def test_the_data_dependent_size_is_an_unbacked_symbol(run, filename, nodes):
-    """Steps 3 and 4: standard ops, or one custom node whose local schema ONNX never registers."""
+    """Steps 2 and 4: standard ops, or one custom node whose local schema ONNX never registers."""
     model = run.model(filename)
     onnx.checker.check_model(model, full_check=True)
     assert signature(model)[0] == [["batch", 3, "length"]]
@@ -80,7 +80,7 @@ def test_with_symbolic_dims_the_view_computes_its_target_at_run_time(run):
 
 
 def test_a_frozen_size_folds_into_the_reshape(run):
-    """Step 2: with [2, 3, 16] written into setType the view's target is the constant [2, -1]."""
+    """Step 3: with [2, 3, 16] written into setType the view's target is the constant [2, -1]."""
     (constant,) = [n for n in run.model("failures/threshold_frozen.onnx").graph.node if n.op_type == "Constant"]
     assert onnx.numpy_helper.to_array(constant.attribute[0].t).tolist() == [2, -1]
 
@@ -97,7 +97,7 @@ def test_a_string_in_dynamic_shapes_is_dim_dynamic_and_names_the_dim():
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_is_in_onnx_export_is_true_under_torch_onnx_export_only():
-    """Step 3's rule: is_in_onnx_export() under both exporters, jit.is_tracing() under dynamo=False only;
+    """Step 2's rule: is_in_onnx_export() under both exporters, jit.is_tracing() under dynamo=False only;
     explicit torch.export (as AOTInductor and ExecuTorch run it) sets is_exporting() but not the rule."""
     import io
 
@@ -120,7 +120,7 @@ def test_is_in_onnx_export_is_true_under_torch_onnx_export_only():
 
 
 def test_explicit_capture_runs_the_real_op_and_the_one_call_writes_the_node():
-    """Step 3: MinMaxNode's branch is taken by torch.onnx.export only, so explicit capture holds aminmax."""
+    """Step 2: MinMaxNode's branch is taken by torch.onnx.export only, so explicit capture holds aminmax."""
     x = torch.randn(2, 3, 16)
     ep = torch.export.export(example.MinMaxNodeModel(), (x,), strict=False)
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}

@@ -1371,7 +1371,7 @@ mark(F, "as the installed toolkit's docstrings (<R>) give them", "见已安装�
 claim(F, "What `python test.py` prints (torch <R>)", "以下是 torch <R> 上 `python test.py` 的输出", Pinned())
 STRINGS_DS = ("what a string in dynamic_shapes does on each release: test.py shows it "
               "(strings_leave_the_dims_static on 2.6, sharpen_in_one_call_exports on 2.6 to 2.8; 2.5 only under "
-              "run_stacks --probe, where step 3 does not run), but the matrix keeps one reason per step, step 3's last")
+              "run_stacks --probe, where step 2 does not run), but the matrix keeps one reason per step, step 2's last")
 claim(F, "which says what each does differently (<R> pinned)", "（固定版本为 <R>；各版本的不同之处也见那里）", Pinned())
 mark(F,
     "On torch <R> a string does neither, and nothing says so",
@@ -1384,22 +1384,22 @@ claim(F,
     Status(F, ("4",), "differs", why="does not rename them"),
 )
 mark(F, "Strings work from <R>.", "从 <R> 起字符串可用。", STRINGS_DS)
-mark(F, "(strings would do from torch <R>, step 3)", "（从 torch <R> 起用字符串也行，见第 3 步）", STRINGS_DS)
+mark(F, "(strings would do from torch <R>, step 2)", "（从 torch <R> 起用字符串也行，见第 2 步）", STRINGS_DS)
 claim(F,
-    "- Steps 3 and 4 need torch <R> for `custom_translation_table`",
-    "- 第 3、4 步需要 torch <R>，因为要用 `custom_translation_table`",
-    Status(F, ("3", "4"), "needs"), "before",
+    "- Steps 2 and 4 need torch <R> for `custom_translation_table`",
+    "- 第 2、4 步需要 torch <R>，因为要用 `custom_translation_table`",
+    Status(F, ("2", "4"), "needs"), "before",
 )
 mark(F,
     "<R>'s `torch.onnx.export` takes it and ignores it.",
     "<R> 的 `torch.onnx.export` 接受这个参数，却不理会它。",
-    "seen on 2.5 under run_stacks --probe (test.py's TABLE): the matrix holds it only as text of steps 3 "
+    "seen on 2.5 under run_stacks --probe (test.py's TABLE): the matrix holds it only as text of steps 2 "
     "and 4's 'needs' reason on every stack, which cannot tell 2.5 from another release",
 )
 claim(F,
-    "On <R> step 3 writes no `min_max_dynamo.onnx`:",
-    "在 <R> 上，第 3 步不写 `min_max_dynamo.onnx`：",
-    Status(F, ("5",), "differs", why="step 3 writes it from 2.8"),
+    "On <R> step 2 writes no `min_max_dynamo.onnx`:",
+    "在 <R> 上，第 2 步不写 `min_max_dynamo.onnx`：",
+    Status(F, ("5",), "differs", why="step 2 writes it from 2.8"),
 )
 mark(F, "[`torch.onnx.ops`]() came with <R>,", "[`torch.onnx.ops`]() <R> 才有，", UPSTREAM)
 claim(F,
@@ -1426,7 +1426,7 @@ claim(F,
 claim(F,
     "- On <R> `torch.export`'s errors read differently:",
     "- 在 <R> 上，`torch.export` 的报错措辞不同：",
-    Reproduced(F, "3", "L['args'][0][0].size()"),
+    Reproduced(F, "2", "L['args'][0][0].size()"),
 )
 claim(F,
     "- torch <R> export at opset 18, later versions at 20.",
@@ -1439,24 +1439,24 @@ mark(F,
     SEEN,
 )
 claim(F,
-    "On <R> step 3's one call fails in torch.export's words",
-    "在 <R> 上，第 3 步那一次调用的报错是 torch.export 自己的措辞",
-    Reproduced(F, "3", "You marked L['x'].size()[0] as dynamic"),
+    "On <R> step 2's one call fails in torch.export's words",
+    "在 <R> 上，第 2 步那一次调用的报错是 torch.export 自己的措辞",
+    Reproduced(F, "2", "You marked L['x'].size()[0] as dynamic"),
 )
 claim(F,
-    "On <R> step 3's one call fails … so step 5 runs them at batch 2 and 5",
+    "On <R> step 2's one call fails … so step 5 runs them at batch 2 and 5",
     "所以第 5 步在 <R> 上只用 batch 2 和 5 运行它们",
     Status(F, ("5",), "differs", why="batch 2 and 5"),
 )
 claim(F,
     "On <R> the one call that exports `SharpenModel` does not fail",
     "在 <R> 上，只调用一次 `torch.onnx.export` 导出 `SharpenModel` 也不报错",
-    Not(Reproduced(F, "3", "Failed to export the model with torch.export")),
+    Not(Reproduced(F, "2", "Failed to export the model with torch.export")),
 )
 claim(F,
     "(`test.py` shows it): <R> falls back to draft export,",
     "（`test.py` 演示了这一点）：<R> 回退到 draft export，",
-    Status(F, ("3",), "differs", why="draft export"),
+    Status(F, ("2",), "differs", why="draft export"),
 )
 mark(F,
     "<R> makes the strings `Dim.AUTO`, … and <R> traces with TorchScript.",
@@ -1473,7 +1473,7 @@ claim(F, "is printed from torch <R> on;", "从 torch <R> 起才打印", Not(NO_D
 claim(F,
     "**torch <R>.** None has `torch.library.custom_op`",
     "**torch <R>。** 这些版本都没有 `torch.library.custom_op`",
-    Status(F, ("2",), "differs", why="torch.library.custom_op came with 2.4"),
+    Status(F, ("3",), "differs", why="torch.library.custom_op came with 2.4"),
 )
 claim(F, "(it came with <R>) nor the `dynamo=`", "（<R> 才有），`torch.onnx.export` 也没有", CUSTOM_OP, "from")
 mark(F,
@@ -1506,22 +1506,22 @@ claim(F, "torch <R>'s text for an op of a library namespace", "", OP_NAME)
 claim(F,
     "became the example's constant: derive the output's sizes from the inputs (torch <R>'s wording)",
     "",
-    Reproduced("dynamic_shapes", "3", "You marked L['x'].size()[0] as dynamic"),
+    Reproduced("dynamic_shapes", "2", "You marked L['x'].size()[0] as dynamic"),
 )
 claim(F,
     "to the example's values: derive the output's sizes from the inputs (torch <R>'s wording)",
     "",
-    Reproduced("dynamic_shapes", "3", "because batch was inferred to be a constant (2)"),
+    Reproduced("dynamic_shapes", "2", "because batch was inferred to be a constant (2)"),
 )
 claim(F,
     "`Dim(\"length\", min=4)` (torch <R>'s wording)",
     "",
-    Reproduced("dynamic_shapes", "3", "the generated guard 3 <= L['args'][0][0].size()[2]"),
+    Reproduced("dynamic_shapes", "2", "the generated guard 3 <= L['args'][0][0].size()[2]"),
 )
 claim(F,
     "`compute_mode=\"donot_use_mm_for_euclid_dist\"` (torch <R>'s wording)",
     "",
-    Reproduced("dynamic_shapes", "3", "L['args'][0][0].size()[0] <= 25"),
+    Reproduced("dynamic_shapes", "2", "L['args'][0][0].size()[0] <= 25"),
 )
 
 
