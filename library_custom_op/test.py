@@ -69,7 +69,7 @@ class Blur(torch.nn.Module):
 @harness.needs_torch("2.4", "torch.library.custom_op came with torch 2.4")
 def step1_plain_export():
     """The plain export fails under each exporter"""
-    # region step1
+    # region blur_model_and_input
     model = Blur().eval()
     x = torch.randn(2, 3, 16)
     # endregion
@@ -89,7 +89,7 @@ def step1_plain_export():
     else:
         logged = "always_classified is unsupported."
         with harness.quiet(logged) as held:  # torch.export's log, explained in the README
-            # region step1-2
+            # region dynamo_no_fake_kernel_fails
             with expect_error("There was no fake impl registered for <CustomOpDef(demo::blur1d)>"):
                 torch.onnx.export(model, (x,), dynamo=True, verbose=False)
             # endregion
@@ -97,7 +97,7 @@ def step1_plain_export():
         print(f"  logged twice before the error: {logged}")
 
     with harness.quiet():  # the exporter's 'Torch IR graph at exception' dump
-        # region step1-3
+        # region torchscript_unknown_namespace_fails
         with expect_error("ONNX export failed on an operator with unrecognized namespace"):
             torch.onnx.export(model, (x,), "failures/blur1d_plain.onnx", dynamo=False)
         # endregion
@@ -153,7 +153,7 @@ def step2_dynamo_custom_node():
     model = Blur().eval()
     x = torch.randn(2, 3, 16)
 
-    # region _
+    # region blur1d_fake_kernel
     @blur1d.register_fake
     def _(x, weights, dilation, padding):
         return torch.empty_like(x)  # the output's shape and dtype, from the input's
@@ -164,12 +164,12 @@ def step2_dynamo_custom_node():
 
     # Past torch.export (step 1/3) now; the converter (step 3/3) has no ONNX function for the op
     with harness.quiet():  # the exporter's log of the error, if any
-        # region step2
+        # region dynamo_no_translation_fails
         with expect_error("No ONNX function found for <OpOverload(op='demo.blur1d'"):
             torch.onnx.export(model, (x,), dynamo=True, verbose=False)
         # endregion
 
-    # region step2-2
+    # region dynamo_custom_node
     onnx_program = torch.onnx.export(
         model, (x,), dynamo=True, verbose=False,
         custom_translation_table={torch.ops.demo.blur1d.default: blur1d_translation},
@@ -206,7 +206,7 @@ def step3_torchscript_custom_node():
     model = Blur().eval()
     x = torch.randn(2, 3, 16)
 
-    # region step3
+    # region torchscript_custom_node
     register_custom_op_symbolic("demo::blur1d", blur1d_symbolic, 1)
     torch.onnx.export(
         model, (x,), "blur1d_torchscript.onnx", dynamo=False, opset_version=18,
@@ -269,7 +269,7 @@ def step4_standard_ops():
     else:
         standard_dynamo(model, x)
 
-    # region step4-2
+    # region standard_ops_torchscript
     register_custom_op_symbolic("demo::blur1d", blur1d_standard_symbolic, 1)
     torch.onnx.export(
         model, (x,), "blur1d_standard_torchscript.onnx", dynamo=False, opset_version=18,
@@ -285,7 +285,7 @@ def step4_standard_ops():
 
 def standard_dynamo(model, x):
     # Needs torch >= 2.6 (custom_translation_table); relies on step 2's fake kernel.
-    # region step4
+    # region standard_ops_dynamo
     table = {torch.ops.demo.blur1d.default: blur1d_standard}
     onnx_program = torch.onnx.export(
         model, (x,), dynamo=True, verbose=False, custom_translation_table=table
@@ -415,7 +415,7 @@ def step5_python_kernel():
         return blur1d_numpy(x, weights, dilation, padding)
     # endregion
 
-    # region step5
+    # region kernel_as_declared_fails
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     with expect_error("Unable to find attribute 'weights' due to 'Attribute name and type don't"):
@@ -445,7 +445,7 @@ def step5_python_kernel():
         return x[..., indices]
     # endregion
 
-    # region step5-2
+    # region python_kernel_torchscript
     test_copy = lists_as_inputs(onnx.load("blur1d_torchscript.onnx"))
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
@@ -463,7 +463,7 @@ def step5_python_kernel():
 
 def python_kernel_dynamo(model, x):
     # Needs torch >= 2.6 (custom_translation_table); relies on step 2's fake kernel.
-    # region step5-3
+    # region python_kernel_dynamo_pick
     torch.library.opcheck(pick, (x, PICKED))  # raises if the fake kernel is wrong
     table = {
         torch.ops.demo.blur1d.default: blur1d_translation,
@@ -533,7 +533,7 @@ def step6_writing_op():
     """An op that writes into its input"""
     x = torch.randn(2, 3, 16)
 
-    # region step6
+    # region blur1d_into_exported_graph
     out = torch.empty_like(x)
     checks = torch.library.opcheck(blur1d_into, (x, WEIGHTS, DILATION, PADDING, out))
     print("  opcheck:", checks)
@@ -556,7 +556,7 @@ def step6_writing_op():
     else:
         writing_op_dynamo(x)
 
-    # region step6-4
+    # region blur1d_into_torchscript_constant
     os.makedirs("failures", exist_ok=True)
     torch.onnx.export(
         BlurInto().eval(), (x,), "failures/blur1d_into_torchscript.onnx", dynamo=False,
@@ -574,7 +574,7 @@ def step6_writing_op():
     assert value.shape == (2, 3, 16) and not value.any(), value
     model = BlurReturning().eval()
 
-    # region step6-5
+    # region blur1d_returning_torchscript
     register_custom_op_symbolic("demo::blur1d_returning", blur1d_symbolic, 1)
     buffer = io.BytesIO()  # no file: the node is step 3's
     torch.onnx.export(
@@ -589,12 +589,12 @@ def step6_writing_op():
 def writing_op_dynamo(x):
     # Needs torch >= 2.6: before, dynamo=True is torch.onnx.dynamo_export.
     with harness.quiet():  # the exporter's progress and its log of the error
-        # region step6-2
+        # region auto_functionalized_fails
         with expect_error("Error when translating node %auto_functionalized"):
             torch.onnx.export(BlurInto().eval(), (x,), dynamo=True, verbose=False)
         # endregion
 
-    # region step6-3
+    # region blur1d_returning_dynamo
     model = BlurReturning().eval()
     torch.library.opcheck(blur1d_returning, (x, WEIGHTS, DILATION, PADDING))  # raises if wrong
     table = {torch.ops.demo.blur1d_returning.default: blur1d_translation}
@@ -673,14 +673,14 @@ def compare_half(path, model, x):
 )
 def step7_half_precision():
     """A float16 or bfloat16 model: the node between Casts"""
-    # region step7
+    # region bfloat16_node_fails_check
     model, x = Blur().eval(), torch.randn(2, 3, 16).to(torch.bfloat16)
     table = {torch.ops.demo.blur1d.default: blur1d_translation}  # step 2's: T = tensor(float)
     path = "failures/blur1d_bfloat16_dynamo.onnx"
-    torch.onnx.export(
-        model, (x,), path, dynamo=True, verbose=False, external_data=False,
-        custom_translation_table=table,
+    program = torch.onnx.export(
+        model, (x,), dynamo=True, verbose=False, custom_translation_table=table
     )
+    program.save(path)
     (node,) = onnx.load(path).graph.node
     print(f"  {path}: exported, {node.op_type} on bfloat16 (its schema: float)")
     if onnx_op is not None:
@@ -690,17 +690,17 @@ def step7_half_precision():
         check_with_schemas(path, BLUR1D_SCHEMA)  # right after the export: caught there
     # endregion
 
-    # region step7-2
+    # region half_casts_dynamo
     table = {torch.ops.demo.blur1d.default: blur1d_cast_translation}
     for dtype, path in [
         (torch.float16, "blur1d_float16_dynamo.onnx"),
         (torch.bfloat16, "blur1d_bfloat16_dynamo.onnx"),
     ]:
         x = torch.randn(2, 3, 16).to(dtype)
-        torch.onnx.export(
-            model, (x,), path, dynamo=True, verbose=False, external_data=False,
-            custom_translation_table=table,
+        program = torch.onnx.export(
+            model, (x,), dynamo=True, verbose=False, custom_translation_table=table
         )
+        program.save(path)
         check_with_schemas(path, BLUR1D_SCHEMA)
         print(f"  {path}: {[n.op_type for n in onnx.load(path).graph.node]}, full check passed")
         if onnx_op is not None:
@@ -712,7 +712,7 @@ def step7_half_precision():
         assert ops[:2] == ["Cast", "demo.Blur1d"] and ops[2] in ("Cast", "CastLike"), ops
         check_node(onnx.load(path))
 
-    # region step7-3
+    # region half_casts_torchscript
     register_custom_op_symbolic("demo::blur1d", blur1d_cast_symbolic, 1)
     for dtype, path in [
         (torch.float16, "blur1d_float16_torchscript.onnx"),
