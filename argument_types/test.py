@@ -10,9 +10,7 @@ Every python block of README.md is in this file; the lines around them are the c
 """
 
 import pathlib
-import re
 import sys
-import textwrap
 import typing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's harness.py
@@ -34,7 +32,7 @@ from onnxscript import opset18 as op
 
 # 1. The op in C++: TORCH_LIBRARY schema and kernel types --------------------------------------
 
-# region all_kinds_cpp
+# region step1
 ALL_KINDS_CPP = r"""
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -84,14 +82,14 @@ def step1_cpp_op():
     if problem:
         raise harness.Skip(problem)
     with harness.quiet():  # torch 2.4 prints "No CUDA runtime is found": no filter catches a print
-        # region cuda_log_filter
+        # region step1-2
         logging.getLogger("torch.utils.cpp_extension").addFilter(
             lambda record: "No CUDA runtime" not in record.msg
         )
         from torch.utils import cpp_extension  # after the filter: importing it logs the message
         # endregion
 
-    # region build_extension
+    # region step1-2b
     EXTENSION_NAME = "onnx_tutorial_argument_types"
     print("  building the C++ extension: about a minute the first time, cached after")
     started = time.time()
@@ -112,7 +110,7 @@ def step1_cpp_op():
     assert str(torch.ops.argdemo.all_kinds.default._schema) == CPP_SCHEMA
     assert str(torch.ops.argdemo_legacy.all_kinds.default._schema) == LEGACY_SCHEMA  # step 6's
 
-    # region mode_refused
+    # region step1-3
     x = torch.randn(2, 3, 4, 5)
     with expect_error('all_kinds: mode must be "sum" or "max"'):
         torch.ops.argdemo.all_kinds(x, None, 1.0, 0, False, "mean", [2, 3], [1.0, 1.0, 1.0])
@@ -180,7 +178,7 @@ def step2_custom_op():
 
 # 3. The ONNX node argdemo::AllKinds: a local schema, its meaning, a kernel --------------------
 
-# region all_kinds_schema
+# region step3
 # The node's contract: which arguments are inputs, and each attribute's ONNX type. A local
 # schema: never registered with onnx.defs, so no other code in the process sees it.
 Parameter, Attribute = onnx.defs.OpSchema.FormalParameter, onnx.defs.OpSchema.Attribute
@@ -245,7 +243,7 @@ def kinds(*args):
 
 def step3_the_node():
     """The ONNX node argdemo::AllKinds: a local schema, its meaning, a kernel"""
-    # region schema_stays_local
+    # region step3-2
     print("  registered with onnx.defs:", onnx.defs.has("AllKinds", "argdemo"))
     # endregion
 
@@ -354,7 +352,7 @@ def step4_translation():
     """dynamo=True: a fake kernel and a translation with the local schema"""
     need_the_op_and_the_kernel()
 
-    # region all_kinds_models
+    # region step4
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
@@ -366,14 +364,14 @@ def step4_translation():
         return x.new_empty([1 if axis in dims else size for axis, size in enumerate(x.shape)])
     # endregion
 
-    # region fake_kernel_opcheck
+    # region step4-2
     # opcheck runs the op with the fake kernel and the real one, and compares their outputs' shapes
     for b, values in [(bias, WITH_BIAS), (None, NO_BIAS)]:
         torch.library.opcheck(torch.ops.argdemo.all_kinds.default, (x, b, *values.values()))
     print("  opcheck: the fake kernel agrees with the C++ kernel, with and without bias")
     # endregion
 
-    # region unregistered_fails
+    # region step4-3
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_unregistered}
     with expect_error("No schema registered for 'AllKinds'"):
         torch.onnx.export(
@@ -381,7 +379,7 @@ def step4_translation():
         )
     # endregion
 
-    # region translation_export
+    # region step4-4
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_translation}
     programs = {}
     for path, m, args in [
@@ -400,14 +398,14 @@ def step4_translation():
     check_node("all_kinds_dynamo_no_bias.onnx", ["x"], NO_BIAS)
     assert not onnx.defs.has("AllKinds", "argdemo")  # the schema stayed local
 
-    # region translation_runs_in_ort
+    # region step4-5
     program = programs["all_kinds_dynamo.onnx"]
     program.initialize_inference_session(initializer)
     assert_onnx_program(program, rtol=1e-5, atol=1e-5)  # ONNX Runtime with the kernel vs PyTorch
     print("  all_kinds_dynamo.onnx: ONNX Runtime with the Python kernel matches PyTorch")
     # endregion
 
-    # region no_bias_refused
+    # region step4-6
     # The kernel declared two inputs, so the one-input node is refused: onnx.reference checks it.
     with expect_error("has input size 1 not in range [min=2, max=2]"):
         programs["all_kinds_dynamo_no_bias.onnx"].initialize_inference_session(initializer)
@@ -455,7 +453,7 @@ def step5_standard_onnx():
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
 
-    # region standard_export
+    # region step5
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_standard}
     for path, m, args in [
         ("all_kinds_standard.onnx", model, (x, bias)),
@@ -536,7 +534,7 @@ def step6_parse_args():
     model_no_bias = AllKindsModel(torch.ops.argdemo.all_kinds, **NO_BIAS).eval()
 
     with harness.quiet():  # the exporter's dump of the graph at the failure ('Torch IR graph ...')
-        # region legacy_list_fails
+        # region step6
         legacy_model = AllKindsModel(torch.ops.argdemo_legacy.all_kinds, **WITH_BIAS).eval()
         register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_symbolic, 18)
         with expect_error("does not know how to unpack the ListConstruct node"):
@@ -546,7 +544,7 @@ def step6_parse_args():
             )
         # endregion
 
-    # region symbolic_export
+    # region step6-2
     register_custom_op_symbolic("argdemo::all_kinds", all_kinds_symbolic, 18)
     for path, m, args, names in [
         ("all_kinds.onnx", model, (x, bias), ["x", "bias"]),
@@ -562,7 +560,7 @@ def step6_parse_args():
     check_node("all_kinds.onnx", ["x", "bias"], WITH_BIAS)
     check_node("all_kinds_no_bias.onnx", ["x"], NO_BIAS)
 
-    # region symbolic_runs_in_ort
+    # region step6-3
     # A dynamo=False export writes only a file: run_ort and compare check it against PyTorch.
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
@@ -575,7 +573,7 @@ def step6_parse_args():
 
     reference_matches("all_kinds.onnx", model, x, bias)  # dims and scales too
 
-    # region legacy_symbolic_export
+    # region step6-4
     register_custom_op_symbolic("argdemo_legacy::all_kinds", all_kinds_legacy_symbolic, 18)
     torch.onnx.export(
         legacy_model, (x, bias), "all_kinds_legacy.onnx", dynamo=False, opset_version=18,
@@ -624,7 +622,7 @@ def step7_function_symbolic():
     need_the_op()  # the Function's forward calls step 1's C++ op
     x, bias = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)  # step 4's inputs
 
-    # region function_export
+    # region step7
     model = AllKindsModel(AllKindsFunction.apply, **WITH_BIAS).eval()
     model_no_bias = AllKindsModel(AllKindsFunction.apply, **NO_BIAS).eval()
     for path, m, args, names in [
@@ -691,17 +689,16 @@ def step8_half_precision():
     """A float16 or bfloat16 model: the node between Casts"""
     need_the_op_and_the_kernel()
 
-    # region bf16_refused
+    # region step8
     model = AllKindsModel(torch.ops.argdemo.all_kinds, **WITH_BIAS).eval()  # step 4's
     x, bias = torch.randn(2, 3, 4, 5).bfloat16(), torch.randn(2, 3, 4, 5).bfloat16()
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_translation}  # step 4's: T = float
     path = "failures/all_kinds_bf16_dynamo.onnx"
     os.makedirs("failures", exist_ok=True)
-    program = torch.onnx.export(
-        model, (x, bias), dynamo=True, opset_version=18, verbose=False, output_names=["y"],
-        custom_translation_table=table,
+    torch.onnx.export(
+        model, (x, bias), path, dynamo=True, opset_version=18, verbose=False,
+        output_names=["y"], custom_translation_table=table,
     )
-    program.save(path)
     print(f"  {path}: exported, AllKinds on bfloat16 (schema: float)")
     with expect_error("Type 'tensor(bfloat16)' of input parameter (x) of operator (AllKinds)"):
         initializer(path)  # ONNX Runtime with the kernel: refuses the session
@@ -713,7 +710,7 @@ def step8_half_precision():
     assert failure.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
     assert harness.op_types(path) == ["argdemo.AllKinds"], harness.op_types(path)
 
-    # region half_export
+    # region step8-2
     register_custom_op_symbolic("argdemo::all_kinds", all_kinds_cast_symbolic, 18)
     table = {torch.ops.argdemo.all_kinds.default: all_kinds_cast_translation}
     options = ort.SessionOptions()
@@ -837,15 +834,30 @@ ATTRIBUTE_TYPES.update(dims="INTS", scales="FLOATS")
 
 
 def define_all_kinds_py_with_typing_list():
-    """Step 2's op as torch < 2.7 takes it: the page's code (region all_kinds_py), each list[...]
-    annotated typing.List[...] as its comment says, infers the very schema of list[int]."""
-    source = pathlib.Path(__file__).read_text(encoding="utf-8")
-    (code,) = re.findall(r"# region all_kinds_py\n(.*?)\n *# endregion", source, re.S)
-    code = textwrap.dedent(code).replace(": list[", ": typing.List[")
-    assert code.count("typing.List[") == 2, code  # dims and scales
-    namespace = {"torch": torch, "typing": typing}
-    exec(code, namespace)  # noqa: S102 - this file's own code
-    return namespace["all_kinds_py"]
+    """Step 2's op as torch < 2.7 takes it: typing.List[int] infers the very schema of list[int]."""
+
+    @torch.library.custom_op("argdemo::all_kinds_py", mutates_args=())
+    def all_kinds_py(
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        alpha: float,
+        k: int,
+        flag: bool,
+        mode: str,
+        dims: typing.List[int],  # noqa: UP006 - torch < 2.7 refuses list[int]
+        scales: typing.List[float],  # noqa: UP006
+    ) -> torch.Tensor:
+        y = x * alpha
+        if bias is not None:
+            y = y + bias
+        y = y * torch.tensor(scales, dtype=x.dtype).view(1, -1, *[1] * (x.dim() - 2))
+        if flag:
+            y = y.relu()
+        y = y.sum(dims, keepdim=True) if mode == "sum" else y.amax(dims, keepdim=True)
+        return y + k
+
+    print("  custom_op schema:", torch.ops.argdemo.all_kinds_py.default._schema)
+    return all_kinds_py
 
 
 # torch 2.2 made c10::optional std::optional (c10/util/Optional.h); before, a kernel's Tensor? is

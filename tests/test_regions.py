@@ -20,10 +20,10 @@ from conftest import EXAMPLES, ROOT
 SOURCES = [f"{name}/test.py" for name in EXAMPLES] + ["lesson_code.py", "page_helpers.py"]
 # folders whose regions are still named after their step: rename them when the folder next changes
 POSITIONAL = {
-    "deploy_openvino", "deploy_rknn", "pythonop_symbolic", "register_pytorch_op",
+    "argument_types", "deploy_openvino", "deploy_rknn", "pythonop_symbolic", "register_pytorch_op",
 }
 # folders whose dynamo=True exports still pass a path: program.save(path) when the folder next changes
-PATH_ARGUMENT = {"register_pytorch_op"}
+PATH_ARGUMENT = {"argument_types", "register_pytorch_op"}
 
 
 def lines_of(source: str) -> list[str]:
