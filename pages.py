@@ -210,14 +210,15 @@ def words(text: str) -> int:
 
 def size_problems(page: pathlib.Path, markdown: str) -> list[str]:
     """The page-size and layout rules (CONTRIBUTING.md, "The page"): at most PROSE_WORDS prose
-    words and OPENING_WORDS before step 1 on an English page; no python line wider than WIDTH,
-    which GitHub's code column shows whole."""
+    words on an English page (the top README's too) and OPENING_WORDS before a folder's step 1;
+    no python line wider than WIDTH, which GitHub's code column shows whole."""
     problems = []
     name = page.relative_to(ROOT).as_posix()
-    if page.name == "README.md" and page.parent != ROOT:  # a folder's page
+    if page.name == "README.md":  # the English pages, the top README's too
         text = prose(markdown)
         if (count := words(text)) > PROSE_WORDS:
             problems.append(f"{count} prose words (at most {PROSE_WORDS} outside <details>)")
+    if page.name == "README.md" and page.parent != ROOT:  # a folder's page: its opening
         first = re.search(r"^## 1\.", text, re.M)
         if first and (count := words(text[: first.start()])) > OPENING_WORDS:
             problems.append(f"{count} words before step 1 (at most {OPENING_WORDS})")
