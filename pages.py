@@ -79,7 +79,7 @@ def include(*names: str, source: str | None = None) -> None:
         parts.append(found[region])
     code = parts[0]
     for part in parts[1:]:  # PEP 8's two blank lines before a definition, one otherwise
-        first = next(line for line in part.splitlines() if not line.startswith("#"))
+        first = next((line for line in part.splitlines() if not line.startswith("#")), "")
         code += ("\n\n\n" if re.match(r"(def|class|@) ?", first) else "\n\n") + part
     cog.outl(f"\n```python\n{code}\n```\n")  # blank lines: a fence stands apart from the markers
 
